@@ -1,0 +1,451 @@
+//! The request fingerprint: a digest of what a request asks for.
+//!
+//! A key that comes back with a different fingerprint is a client bug (the key was reused for
+//! another operation): the server answers `422 idempotency_key_mismatch` and never replays.
+//!
+//! # Algorithm, version 1
+//!
+//! SHA-256 over a length-framed encoding of, in order: a domain tag, the method, the route path,
+//! the raw query string (with a presence flag: no query and an empty query differ), the media
+//! type essence of `Content-Type` (lower-cased, parameters dropped), how the body was encoded,
+//! the body, and the configured extra headers (name and every value). Every part is framed by
+//! its length as a big-endian `u64`, so no two different requests encode to the same bytes
+//! (`("ab","c")` and `("a","bc")` differ).
+//!
+//! JSON bodies (`application/json` and any `+json` type) are canonicalized by RFC 8785 (JSON
+//! Canonicalization Scheme) first, so key order and whitespace do not cause false mismatches,
+//! while array order stays significant. RFC 8785 represents numbers as IEEE 754 doubles; to
+//! never let two different numbers collapse into one fingerprint, a body with a number that a
+//! double may not hold exactly (more than 15 significant digits, or an exponent beyond +-300) is
+//! fingerprinted as raw bytes instead. A body that is not valid JSON is also taken as raw bytes.
+//! Other media types are always raw bytes.
+//!
+//! Credentials are never part of the fingerprint: the scope carries identity, and a rotated API
+//! key must not turn a retry into a mismatch.
+//!
+//! The version is stored with every record; a record is only ever compared with a fingerprint
+//! of the same version (see [`Fingerprint::version`]).
+
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+/// The current fingerprint algorithm version.
+pub const FINGERPRINT_VERSION: u16 = 1;
+
+/// A versioned SHA-256 request digest.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint {
+    version: u16,
+    digest: [u8; 32],
+}
+
+impl Fingerprint {
+    /// Builds a fingerprint from its stored parts.
+    pub const fn from_parts(version: u16, digest: [u8; 32]) -> Self {
+        Self { version, digest }
+    }
+
+    /// The algorithm version that produced the digest.
+    pub const fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// The 32-byte SHA-256 digest.
+    pub const fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
+    /// Rebuilds a fingerprint from a stored version and digest.
+    ///
+    /// # Errors
+    ///
+    /// [`FingerprintDecodeError`] when the digest is not 32 bytes or the version is negative or
+    /// too large.
+    pub fn from_stored(version: i64, digest: &[u8]) -> Result<Self, FingerprintDecodeError> {
+        let version = u16::try_from(version).map_err(|_| FingerprintDecodeError)?;
+        let digest: [u8; 32] = digest.try_into().map_err(|_| FingerprintDecodeError)?;
+        Ok(Self { version, digest })
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Fingerprint(v{}:{})",
+            self.version,
+            hex::encode(self.digest)
+        )
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}:{}", self.version, hex::encode(self.digest))
+    }
+}
+
+/// A stored fingerprint could not be decoded (corrupt record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the stored fingerprint is corrupt")]
+pub struct FingerprintDecodeError;
+
+/// What the fingerprint is computed from: the bytes received, before any parsing by the handler.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestParts<'a> {
+    /// The method, e.g. `POST`.
+    pub method: &'a str,
+    /// The route path, e.g. `/v1/payments`.
+    pub path: &'a str,
+    /// The raw query string without `?`, if the URI had one.
+    pub query: Option<&'a str>,
+    /// The `Content-Type` header value, if any.
+    pub content_type: Option<&'a [u8]>,
+    /// The whole request body.
+    pub body: &'a [u8],
+    /// Extra headers configured to take part, as `(lower-case name, value)`, in configured
+    /// order; a name with no value in the request is passed with an empty slice of values.
+    pub extra_headers: &'a [(&'a str, Vec<&'a [u8]>)],
+}
+
+/// Computes fingerprints. The default is [`DefaultFingerprinter`]; a custom one must be
+/// deterministic and must use the same function at claim and at every later comparison.
+pub trait Fingerprinter: Send + Sync + 'static {
+    /// The fingerprint of one request.
+    fn fingerprint(&self, parts: &RequestParts<'_>) -> Fingerprint;
+}
+
+/// Fingerprint algorithm version 1 (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DefaultFingerprinter;
+
+impl Fingerprinter for DefaultFingerprinter {
+    fn fingerprint(&self, parts: &RequestParts<'_>) -> Fingerprint {
+        fingerprint_v1(parts)
+    }
+}
+
+/// How a body entered the fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyEncoding {
+    Raw,
+    Jcs,
+}
+
+fn frame(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_be_bytes());
+    h.update(bytes);
+}
+
+/// Version 1 of the fingerprint (see the module docs).
+pub fn fingerprint_v1(parts: &RequestParts<'_>) -> Fingerprint {
+    let mut h = Sha256::new();
+    frame(&mut h, b"oncely-fingerprint");
+    h.update(FINGERPRINT_VERSION.to_be_bytes());
+    frame(&mut h, parts.method.to_ascii_uppercase().as_bytes());
+    frame(&mut h, parts.path.as_bytes());
+    match parts.query {
+        Some(q) => {
+            h.update([1]);
+            frame(&mut h, q.as_bytes());
+        }
+        None => h.update([0]),
+    }
+    let essence = parts
+        .content_type
+        .map(media_type_essence)
+        .unwrap_or_default();
+    frame(&mut h, essence.as_bytes());
+    let canonical = if is_json_media_type(&essence) {
+        canonical_json(parts.body)
+    } else {
+        None
+    };
+    match &canonical {
+        Some(c) => {
+            frame(&mut h, &[BodyEncoding::Jcs as u8]);
+            frame(&mut h, c);
+        }
+        None => {
+            frame(&mut h, &[BodyEncoding::Raw as u8]);
+            frame(&mut h, parts.body);
+        }
+    }
+    h.update((parts.extra_headers.len() as u64).to_be_bytes());
+    for (name, values) in parts.extra_headers {
+        frame(&mut h, name.to_ascii_lowercase().as_bytes());
+        h.update((values.len() as u64).to_be_bytes());
+        for v in values {
+            frame(&mut h, v);
+        }
+    }
+    Fingerprint {
+        version: FINGERPRINT_VERSION,
+        digest: h.finalize().into(),
+    }
+}
+
+/// The lower-cased `type/subtype` of a `Content-Type` value, parameters dropped.
+pub fn media_type_essence(content_type: &[u8]) -> String {
+    let s = String::from_utf8_lossy(content_type);
+    s.split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Whether a media type essence is JSON (`application/json` or a `+json` suffix, RFC 6839).
+pub fn is_json_media_type(essence: &str) -> bool {
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// The RFC 8785 canonical form of a JSON body, or `None` when the body is not JSON or holds a
+/// number that an IEEE 754 double may not represent exactly (see the module docs).
+pub fn canonical_json(body: &[u8]) -> Option<Vec<u8>> {
+    if !numbers_fit_doubles(body) {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    serde_json_canonicalizer::to_vec(&value).ok()
+}
+
+/// Scans number tokens outside strings: every one must have at most 15 significant digits and
+/// an exponent within +-300, so that a double holds it exactly enough that distinct numbers stay
+/// distinct after RFC 8785 serialization. Conservative: it may refuse numbers that would fit.
+fn numbers_fit_doubles(body: &[u8]) -> bool {
+    let mut i = 0;
+    let mut in_string = false;
+    while i < body.len() {
+        let b = body[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < body.len()
+                    && matches!(body[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                if !number_fits_double(&body[start..i]) {
+                    return false;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    true
+}
+
+fn number_fits_double(tok: &[u8]) -> bool {
+    let (mantissa, exponent) = match tok.iter().position(|&b| b == b'e' || b == b'E') {
+        Some(p) => (&tok[..p], Some(&tok[p + 1..])),
+        None => (tok, None),
+    };
+    let significant = mantissa
+        .iter()
+        .filter(|b| b.is_ascii_digit())
+        .skip_while(|&&b| b == b'0')
+        .count();
+    // Trailing zeros of an integer part still count: conservative on purpose.
+    if significant > 15 {
+        return false;
+    }
+    match exponent {
+        None => true,
+        Some(e) => {
+            let digits: Vec<u8> = e.iter().copied().filter(u8::is_ascii_digit).collect();
+            digits.len() <= 3
+                && std::str::from_utf8(&digits)
+                    .ok()
+                    .and_then(|s| s.parse::<u32>().ok())
+                    .is_some_and(|n| n <= 300)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fp(method: &str, path: &str, ct: Option<&str>, body: &[u8]) -> Fingerprint {
+        DefaultFingerprinter.fingerprint(&RequestParts {
+            method,
+            path,
+            query: None,
+            content_type: ct.map(str::as_bytes),
+            body,
+            extra_headers: &[],
+        })
+    }
+
+    const JSON: Option<&str> = Some("application/json; charset=utf-8");
+
+    #[test]
+    fn json_key_order_and_whitespace_do_not_matter() {
+        // Case S4: a client re-serializes `{"a":1,"b":2}` as `{"b": 2, "a": 1}`.
+        let a = fp("POST", "/v1/payments", JSON, br#"{"a":1,"b":2}"#);
+        let b = fp("POST", "/v1/payments", JSON, b"{\"b\": 2,\n \"a\": 1}");
+        assert_eq!(a, b);
+        // Arrays stay order-sensitive.
+        let c = fp("POST", "/v1/payments", JSON, br#"{"a":[1,2]}"#);
+        let d = fp("POST", "/v1/payments", JSON, br#"{"a":[2,1]}"#);
+        assert_ne!(c, d);
+    }
+
+    #[test]
+    fn every_part_counts() {
+        let base = fp("POST", "/v1/payments", JSON, br#"{"amount":100}"#);
+        assert_ne!(base, fp("PUT", "/v1/payments", JSON, br#"{"amount":100}"#));
+        assert_ne!(base, fp("POST", "/v1/orders", JSON, br#"{"amount":100}"#));
+        assert_ne!(base, fp("POST", "/v1/payments", JSON, br#"{"amount":101}"#));
+        assert_ne!(
+            base,
+            fp(
+                "POST",
+                "/v1/payments",
+                Some("text/plain"),
+                br#"{"amount":100}"#
+            )
+        );
+        // Case S3: a different nested value is a different request.
+        assert_ne!(
+            fp(
+                "POST",
+                "/x",
+                JSON,
+                br#"{"ref":"X","accounts":[{"id":"12345"}]}"#
+            ),
+            fp(
+                "POST",
+                "/x",
+                JSON,
+                br#"{"ref":"X","accounts":[{"id":"54321"}]}"#
+            )
+        );
+    }
+
+    #[test]
+    fn framing_is_unambiguous() {
+        let q = |query: Option<&str>, path: &str| {
+            DefaultFingerprinter.fingerprint(&RequestParts {
+                method: "POST",
+                path,
+                query,
+                content_type: None,
+                body: b"",
+                extra_headers: &[],
+            })
+        };
+        assert_ne!(q(None, "/a"), q(Some(""), "/a"));
+        assert_ne!(q(Some("b"), "/a"), q(Some(""), "/ab"));
+    }
+
+    #[test]
+    fn big_numbers_never_collapse() {
+        // 2^53 and 2^53 + 1 are the same double; RFC 8785 alone would merge them.
+        let a = fp("POST", "/x", JSON, br#"{"n":9007199254740992}"#);
+        let b = fp("POST", "/x", JSON, br#"{"n":9007199254740993}"#);
+        assert_ne!(a, b);
+        let c = fp("POST", "/x", JSON, br#"{"n":0.1000000000000000000001}"#);
+        let d = fp("POST", "/x", JSON, br#"{"n":0.1}"#);
+        assert_ne!(c, d);
+    }
+
+    #[test]
+    fn invalid_json_falls_back_to_raw_bytes() {
+        let a = fp("POST", "/x", JSON, b"{not json");
+        let b = fp("POST", "/x", JSON, b"{not json ");
+        assert_ne!(a, b);
+        assert_eq!(a, fp("POST", "/x", JSON, b"{not json"));
+    }
+
+    #[test]
+    fn stored_form_round_trips() {
+        let a = fp("POST", "/x", JSON, b"{}");
+        let b = Fingerprint::from_stored(i64::from(a.version()), a.digest()).unwrap();
+        assert_eq!(a, b);
+        assert!(Fingerprint::from_stored(1, &[0; 31]).is_err());
+        assert!(Fingerprint::from_stored(-1, &[0; 32]).is_err());
+    }
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            (-1_000_000_000_i64..1_000_000_000).prop_map(serde_json::Value::from),
+            "[a-z0-9 ]{0,8}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map("[a-e]{1,2}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Serializes with object members in reverse order and extra whitespace.
+    fn reordered(v: &serde_json::Value) -> String {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut parts: Vec<String> = m
+                    .iter()
+                    .map(|(k, v)| {
+                        format!("{} : {}", serde_json::to_string(k).unwrap(), reordered(v))
+                    })
+                    .collect();
+                parts.reverse();
+                format!("{{ {} }}", parts.join(" ,\n"))
+            }
+            serde_json::Value::Array(a) => {
+                format!(
+                    "[ {} ]",
+                    a.iter().map(reordered).collect::<Vec<_>>().join(" , ")
+                )
+            }
+            other => other.to_string(),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn canonical_equal_bodies_have_equal_fingerprints(v in json_value()) {
+            let compact = serde_json::to_vec(&v).unwrap();
+            let spaced = reordered(&v);
+            prop_assert_eq!(
+                fp("POST", "/p", JSON, &compact),
+                fp("POST", "/p", JSON, spaced.as_bytes())
+            );
+        }
+
+        #[test]
+        fn different_values_have_different_fingerprints(a in json_value(), b in json_value()) {
+            prop_assume!(a != b);
+            prop_assert_ne!(
+                fp("POST", "/p", JSON, &serde_json::to_vec(&a).unwrap()),
+                fp("POST", "/p", JSON, &serde_json::to_vec(&b).unwrap())
+            );
+        }
+
+        #[test]
+        fn fingerprint_never_panics(body in proptest::collection::vec(any::<u8>(), 0..512), ct in "[a-z/+;= -]{0,30}") {
+            let _ = fp("POST", "/p", Some(&ct), &body);
+            let _ = fp("POST", "/p", JSON, &body);
+        }
+    }
+}

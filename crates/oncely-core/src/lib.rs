@@ -1,0 +1,74 @@
+//! # oncely-core
+//!
+//! The tiny, stable core of Oncely: the `Idempotency-Key` contract, the request fingerprint,
+//! the three-state key record, the policy, the problem+json error codes, the clock, and the
+//! [`KeyStore`] trait every backend implements (with its [`conformance`] suite, feature
+//! `conformance`). No web framework and no database here: the tower layer and the backends
+//! depend on this crate, never the reverse.
+//!
+//! # The promise: effectively-once, not exactly-once
+//!
+//! Nothing over a network can promise "exactly-once" execution: a client that loses the
+//! response cannot tell a request that never arrived from one that ran. What Oncely gives is
+//! *effectively-once*: at-least-once delivery (the client retries) plus duplicate collapse (the
+//! server runs a request's side effects once per `(scope, key)` and replays the stored response),
+//! inside a documented key scope and replay window.
+//!
+//! # The key state machine
+//!
+//! `absent -> in_flight -> complete`, plus expiry; see [`record`] and [`store::decide`].
+//!
+//! ```
+//! use oncely_core::{
+//!     ClaimOutcome, ClaimRequest, IdempotencyKey, KeyStore, MemoryStore, RecordKey, Scope,
+//!     StoredResponse, fingerprint::{DefaultFingerprinter, Fingerprinter, RequestParts},
+//! };
+//! use std::time::Duration;
+//!
+//! # tokio_test_block(async {
+//! let store = MemoryStore::new();
+//! let id = RecordKey::new(Scope::new("acct_1"), IdempotencyKey::new("order-confirm-42").unwrap());
+//! let fingerprint = DefaultFingerprinter.fingerprint(&RequestParts {
+//!     method: "POST", path: "/v1/orders", query: None,
+//!     content_type: Some(b"application/json"), body: br#"{"sku":"A"}"#, extra_headers: &[],
+//! });
+//! let req = ClaimRequest {
+//!     id: id.clone(), fingerprint, lease: Duration::from_secs(30),
+//!     replay_window: Duration::from_secs(86_400), retention: Duration::from_secs(259_200),
+//!     request: None,
+//! };
+//! let ClaimOutcome::Claimed(claim) = store.claim(req.clone()).await.unwrap() else { panic!() };
+//! // ... run the handler, then store its response with the claim's fencing token:
+//! let response = StoredResponse { status: 201, headers: vec![], body: b"{}".to_vec(), body_retained: true };
+//! store.complete(&id, claim.token, response.clone(), req.retention).await.unwrap();
+//! // A retry replays; it never re-executes.
+//! assert!(matches!(store.claim(req).await.unwrap(), ClaimOutcome::Replay { .. }));
+//! # });
+//! # fn tokio_test_block<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+pub mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod fingerprint;
+pub mod key;
+pub mod policy;
+pub mod problem;
+pub mod record;
+pub mod store;
+
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use fingerprint::{DefaultFingerprinter, Fingerprint, Fingerprinter, RequestParts};
+pub use key::{IdempotencyKey, KeyError, RecordKey, Scope};
+pub use policy::{InFlightBehavior, Policy, PolicyError, StorePolicy};
+pub use problem::{ErrorCode, Problem, StatusProfile};
+pub use record::{FencingToken, Record, RecordState, StoredRequest, StoredResponse, UnixMillis};
+pub use store::memory::MemoryStore;
+pub use store::{
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, StoreError,
+    decide,
+};

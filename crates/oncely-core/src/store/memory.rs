@@ -1,0 +1,229 @@
+//! The in-memory store: one process, tests and demos. Records vanish with the process.
+
+use super::{ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, StoreError, decide};
+use crate::clock::{Clock, SystemClock, duration_millis};
+use crate::key::RecordKey;
+use crate::record::{FencingToken, Record, RecordState, StoredResponse, UnixMillis};
+use crate::store::{Claim, lease_millis};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A [`KeyStore`] in a mutex over a map.
+///
+/// Why a plain `std::sync::Mutex`: every operation is a short, non-async critical section (no
+/// `.await` while the lock is held), so a blocking mutex is both correct and cheaper than an
+/// async one; holding it across the whole decision is what makes each claim atomic.
+#[derive(Clone)]
+pub struct MemoryStore {
+    records: Arc<Mutex<HashMap<RecordKey, Record>>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("records", &self.lock().len())
+            .finish()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty store on the given clock.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            records: Arc::default(),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<RecordKey, Record>> {
+        // A panic while holding the lock cannot leave a record half-written (every update is a
+        // single assignment), so a poisoned lock is safe to keep using.
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn with_owned<T>(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        f: impl FnOnce(&mut Record, UnixMillis) -> T,
+    ) -> Result<T, StoreError> {
+        let now = self.clock.now_millis();
+        let mut map = self.lock();
+        match map.get_mut(id) {
+            Some(rec)
+                if rec.token == token && matches!(rec.state, RecordState::InFlight { .. }) =>
+            {
+                Ok(f(rec, now))
+            }
+            _ => Err(StoreError::Fenced),
+        }
+    }
+}
+
+#[async_trait]
+impl KeyStore for MemoryStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let now = self.clock.now_millis();
+        let mut map = self.lock();
+        match decide(map.get(&req.id), &req, now) {
+            Decision::Answer(a) => Ok(a),
+            Decision::Claim {
+                token,
+                kind,
+                recovery_point,
+            } => {
+                let lease_expires_at = now.saturating_add(lease_millis(req.lease));
+                let previous = map.get(&req.id);
+                let (created_at, request) = match (kind, previous) {
+                    // A takeover resumes the same request: keep its original claim time.
+                    (super::ClaimKind::Takeover, Some(prev)) => (
+                        prev.created_at,
+                        prev.request.clone().or(req.request.clone()),
+                    ),
+                    _ => (now, req.request.clone()),
+                };
+                map.insert(
+                    req.id.clone(),
+                    Record {
+                        scope: req.id.scope.clone(),
+                        key: req.id.key.clone(),
+                        fingerprint: req.fingerprint,
+                        token,
+                        state: RecordState::InFlight {
+                            lease_expires_at,
+                            recovery_point: recovery_point.clone(),
+                        },
+                        created_at,
+                        expires_at: now.saturating_add(duration_millis(req.retention)),
+                        request,
+                    },
+                );
+                Ok(ClaimOutcome::Claimed(Claim {
+                    token,
+                    lease_expires_at,
+                    recovery_point,
+                    kind,
+                }))
+            }
+        }
+    }
+
+    async fn renew(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<UnixMillis, StoreError> {
+        self.with_owned(id, token, |rec, now| {
+            let until = now.saturating_add(lease_millis(lease));
+            if let RecordState::InFlight {
+                lease_expires_at, ..
+            } = &mut rec.state
+            {
+                *lease_expires_at = until;
+            }
+            until
+        })
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.with_owned(id, token, |rec, now| {
+            rec.state = RecordState::InFlight {
+                lease_expires_at: now.saturating_add(lease_millis(lease)),
+                recovery_point: Some(recovery_point.to_owned()),
+            };
+        })
+    }
+
+    async fn complete(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        response: StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        self.with_owned(id, token, |rec, now| {
+            rec.state = RecordState::Complete {
+                response,
+                completed_at: now,
+            };
+            rec.expires_at = now.saturating_add(duration_millis(retention));
+        })
+    }
+
+    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
+        self.with_owned(id, token, |rec, _| rec.state = RecordState::Released)
+    }
+
+    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
+        Ok(self.lock().get(id).cloned())
+    }
+
+    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
+        let now = self.clock.now_millis();
+        let mut map = self.lock();
+        let mut due: Vec<(UnixMillis, RecordKey)> = map
+            .iter()
+            .filter(|(_, r)| r.expires_at <= now)
+            .map(|(k, r)| (r.expires_at, k.clone()))
+            .collect();
+        due.sort_by_key(|(at, _)| *at);
+        let mut report = ReapReport::default();
+        for (_, k) in due.into_iter().take(batch) {
+            if let Some(r) = map.remove(&k) {
+                report.deleted += 1;
+                if matches!(r.state, RecordState::InFlight { .. }) {
+                    report.orphaned += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn list_abandoned(
+        &self,
+        grace: Duration,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let cutoff = self
+            .clock
+            .now_millis()
+            .saturating_sub(duration_millis(grace));
+        let map = self.lock();
+        let mut out: Vec<Record> = map
+            .values()
+            .filter(|r| {
+                matches!(r.state, RecordState::InFlight { lease_expires_at, .. } if lease_expires_at <= cutoff)
+            })
+            .cloned()
+            .collect();
+        out.sort_by_key(|r| match r.state {
+            RecordState::InFlight {
+                lease_expires_at, ..
+            } => lease_expires_at,
+            _ => 0,
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+}

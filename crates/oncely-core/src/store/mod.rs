@@ -1,0 +1,361 @@
+//! The [`KeyStore`] trait: the one place that arbitrates every transition of the key state
+//! machine atomically.
+//!
+//! # Why leases need fencing tokens
+//!
+//! A lease alone is a promise about time, and time lies: an owner can stop for longer than its
+//! lease (a garbage-collection pause, a stalled VM, a slow disk) without knowing it. While it is
+//! stopped the lease lapses, a retry takes the key over and completes it; then the old owner
+//! wakes up and, still believing it holds the key, writes its own result over the new one. No
+//! amount of lease tuning prevents this, because the owner cannot check the lease and write in
+//! one step. The cure is to make the *store* do the check: every claim hands out a fencing
+//! token that is larger than every token handed out for that key before, every write carries it,
+//! and the store accepts a write only when the token is still the record's current one. The paused
+//! owner's late write then fails with [`StoreError::Fenced`] and changes nothing. (This is the
+//! fencing scheme Martin Kleppmann describes in "How to do distributed locking"; a bare
+//! `SET NX` lock with a TTL lacks it.)
+//!
+//! # Contract for implementations
+//!
+//! - `claim` is one atomic decision per `(scope, key)`, made by [`decide`] (or an exact
+//!   equivalent inside the database): never a read followed by an unconditional write.
+//!   Losing an insert race is the normal "record exists" path, never an error.
+//! - Every write after the claim (`renew`, `checkpoint`, `complete`, `release`) succeeds only
+//!   while the record is in flight with the caller's token, and otherwise returns
+//!   [`StoreError::Fenced`] without changing anything.
+//! - Times come from the store's [`Clock`](crate::Clock) (or, for a store that documents it, the
+//!   server's own clock).
+//! - The shared [`conformance`](crate::conformance) suite (feature `conformance`) must pass.
+
+pub mod memory;
+
+use crate::fingerprint::Fingerprint;
+use crate::key::RecordKey;
+use crate::record::{FencingToken, Record, RecordState, StoredRequest, StoredResponse, UnixMillis};
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// What a claim asks for.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// `(scope, key)`.
+    pub id: RecordKey,
+    /// The fingerprint of the request being claimed.
+    pub fingerprint: Fingerprint,
+    /// The lease to set (always set: a zero lease is raised to 1 millisecond).
+    pub lease: Duration,
+    /// The replay window: a record completed longer ago than this is claimed anew.
+    pub replay_window: Duration,
+    /// How long to keep the record (from now, and again from completion).
+    pub retention: Duration,
+    /// The request, kept for the completer; `None` to keep nothing.
+    pub request: Option<StoredRequest>,
+}
+
+/// A successful claim: the caller now owns `(scope, key)` and must execute (or resume).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The token to carry on every later write.
+    pub token: FencingToken,
+    /// When the lease lapses unless renewed (epoch milliseconds).
+    pub lease_expires_at: UnixMillis,
+    /// Where a taken-over request should resume; `None` for a first attempt.
+    pub recovery_point: Option<String>,
+    /// Why the claim was granted.
+    pub kind: ClaimKind,
+}
+
+/// Why a claim was granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimKind {
+    /// No record (or a released one): a first attempt.
+    New,
+    /// The previous owner's lease lapsed: resume from the recovery point.
+    Takeover,
+    /// The previous completion is past the replay window: a brand-new request.
+    AfterReplayWindow,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The caller owns the key.
+    Claimed(Claim),
+    /// Another request holds a live lease with the same fingerprint.
+    InFlight {
+        /// When that lease lapses unless renewed (epoch milliseconds).
+        lease_expires_at: UnixMillis,
+    },
+    /// Completed inside the replay window with the same fingerprint: replay, never re-execute.
+    Replay {
+        /// The stored response.
+        response: StoredResponse,
+        /// When it completed (epoch milliseconds).
+        completed_at: UnixMillis,
+    },
+    /// The record holds a different fingerprint: `422 idempotency_key_mismatch`, never replay.
+    Mismatch,
+}
+
+/// What [`decide`] tells a store to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Write a new in-flight record (insert, or overwrite a released or past-window one) with
+    /// this token.
+    Claim {
+        /// The new token.
+        token: FencingToken,
+        /// Why.
+        kind: ClaimKind,
+        /// The recovery point to keep (takeover only).
+        recovery_point: Option<String>,
+    },
+    /// Write nothing; answer this.
+    Answer(ClaimOutcome),
+}
+
+/// The key state machine's claim rule, shared by every backend so that no path skips a check
+/// (case S3: the path that finds an existing record must compare fingerprints too).
+///
+/// | existing record | same fingerprint | different fingerprint |
+/// |---|---|---|
+/// | none, or released | claim (new) | claim (new) |
+/// | complete, past the window | claim (anew) | claim (anew) |
+/// | complete, inside the window | replay | mismatch |
+/// | in flight, lease alive | in flight | mismatch |
+/// | in flight, lease lapsed | takeover (resume) | mismatch |
+pub fn decide(existing: Option<&Record>, req: &ClaimRequest, now: UnixMillis) -> Decision {
+    let Some(rec) = existing else {
+        return Decision::Claim {
+            token: FencingToken(1),
+            kind: ClaimKind::New,
+            recovery_point: None,
+        };
+    };
+    let next = FencingToken(rec.token.0.saturating_add(1));
+    let same = rec.fingerprint == req.fingerprint;
+    match &rec.state {
+        RecordState::Released => Decision::Claim {
+            token: next,
+            kind: ClaimKind::New,
+            recovery_point: None,
+        },
+        RecordState::Complete {
+            response,
+            completed_at,
+        } => {
+            let window_end =
+                completed_at.saturating_add(crate::clock::duration_millis(req.replay_window));
+            if now >= window_end {
+                Decision::Claim {
+                    token: next,
+                    kind: ClaimKind::AfterReplayWindow,
+                    recovery_point: None,
+                }
+            } else if same {
+                Decision::Answer(ClaimOutcome::Replay {
+                    response: response.clone(),
+                    completed_at: *completed_at,
+                })
+            } else {
+                Decision::Answer(ClaimOutcome::Mismatch)
+            }
+        }
+        RecordState::InFlight {
+            lease_expires_at,
+            recovery_point,
+        } => {
+            if !same {
+                Decision::Answer(ClaimOutcome::Mismatch)
+            } else if now < *lease_expires_at {
+                Decision::Answer(ClaimOutcome::InFlight {
+                    lease_expires_at: *lease_expires_at,
+                })
+            } else {
+                Decision::Claim {
+                    token: next,
+                    kind: ClaimKind::Takeover,
+                    recovery_point: recovery_point.clone(),
+                }
+            }
+        }
+    }
+}
+
+/// The lease in milliseconds, never zero (case S1: an unknown or zero budget is not "no lease").
+pub fn lease_millis(lease: Duration) -> i64 {
+    crate::clock::duration_millis(lease).max(1)
+}
+
+/// What the reaper did in one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Records deleted (past retention).
+    pub deleted: u64,
+    /// Of those, records that were still in flight (abandoned and never finished): worth a log
+    /// line, since their requests may have left a half-done effect.
+    pub orphaned: u64,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The write carried a token that is no longer the record's current one, or the record is
+    /// no longer in flight: the caller was fenced off and nothing changed.
+    #[error("fenced: the fencing token is stale or the record is no longer in flight")]
+    Fenced,
+    /// The store could not be reached, timed out or failed. The layer fails closed (`503`).
+    #[error("key store unavailable: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A stored record could not be decoded.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Wraps any error as [`StoreError::Unavailable`].
+    pub fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Unavailable(Box::new(e))
+    }
+}
+
+/// A key store. Every method is one atomic operation on the store (see the module docs).
+///
+/// All times are epoch milliseconds from the store's clock; all durations are
+/// [`std::time::Duration`].
+#[async_trait]
+pub trait KeyStore: Send + Sync + 'static {
+    /// Decides and records the claim of `(scope, key)` atomically, by [`decide`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the store cannot answer; the caller must then not run
+    /// the request (fail closed).
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError>;
+
+    /// Extends the lease of an in-flight record to now plus `lease`; returns the new expiry
+    /// (epoch milliseconds).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] when `token` is stale or the record is no longer in flight.
+    async fn renew(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<UnixMillis, StoreError>;
+
+    /// Records a committed phase of a multi-step request and extends the lease.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] when `token` is stale or the record is no longer in flight.
+    async fn checkpoint(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Completes the record with its response; it then replays for the replay window and is
+    /// kept for `retention` from now.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] when `token` is stale or the record is no longer in flight; the
+    /// stored record is then unchanged.
+    async fn complete(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        response: StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Releases the claim: the key behaves as absent again (nothing was executed, or the
+    /// transaction rolled back).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] when `token` is stale or the record is no longer in flight.
+    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError>;
+
+    /// Reads a record (for status pages, the wait mode and the jobs).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] or [`StoreError::Corrupt`].
+    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError>;
+
+    /// Deletes up to `batch` records whose retention ended (`expires_at <= now`), oldest
+    /// first, in one short operation. Call repeatedly until it deletes fewer than `batch`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`].
+    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError>;
+
+    /// Lists up to `limit` in-flight records whose lease lapsed at least `grace` ago (abandoned
+    /// requests for the completer), oldest lease first.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] or [`StoreError::Corrupt`].
+    async fn list_abandoned(
+        &self,
+        grace: Duration,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError>;
+}
+
+#[async_trait]
+impl<S: KeyStore + ?Sized> KeyStore for std::sync::Arc<S> {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        (**self).claim(req).await
+    }
+    async fn renew(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<UnixMillis, StoreError> {
+        (**self).renew(id, token, lease).await
+    }
+    async fn checkpoint(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        (**self).checkpoint(id, token, recovery_point, lease).await
+    }
+    async fn complete(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        response: StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        (**self).complete(id, token, response, retention).await
+    }
+    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
+        (**self).release(id, token).await
+    }
+    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
+        (**self).get(id).await
+    }
+    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
+        (**self).reap(batch).await
+    }
+    async fn list_abandoned(
+        &self,
+        grace: Duration,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        (**self).list_abandoned(grace, limit).await
+    }
+}
