@@ -1,0 +1,64 @@
+//! # oncely-redis
+//!
+//! The Redis [`KeyStore`](oncely_core::KeyStore) for Oncely, for teams whose only shared store
+//! is Redis: the claim is one conditional write (a Lua script), never a bare `SET NX` lock, and
+//! every later write carries a fencing token that the server checks.
+//!
+//! ```no_run
+//! use oncely_core::{ClaimOutcome, ClaimRequest, IdempotencyKey, KeyStore, RecordKey, Scope};
+//! use oncely_core::fingerprint::{DefaultFingerprinter, Fingerprinter, RequestParts};
+//! use oncely_redis::{RedisConfig, RedisStore};
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> Result<(), oncely_core::StoreError> {
+//! // The server's clock decides leases (see `ClockSource`); 2 s per round trip by default.
+//! let store = RedisStore::connect_with(
+//!     "redis://127.0.0.1:6379",
+//!     RedisConfig::new().with_operation_timeout(Duration::from_millis(500)),
+//! )
+//! .await?;
+//! let id = RecordKey::new(Scope::new("acct_1"), IdempotencyKey::new("order-42").unwrap());
+//! let fingerprint = DefaultFingerprinter.fingerprint(&RequestParts {
+//!     method: "POST", path: "/v1/orders", query: None,
+//!     content_type: Some(b"application/json"), body: br#"{"sku":"A"}"#, extra_headers: &[],
+//! });
+//! let req = ClaimRequest {
+//!     id, fingerprint, lease: Duration::from_secs(30),
+//!     replay_window: Duration::from_secs(86_400), retention: Duration::from_secs(259_200),
+//!     request: None,
+//! };
+//! match store.claim(req).await? {
+//!     ClaimOutcome::Claimed(claim) => { /* run the handler, then complete with claim.token */ }
+//!     ClaimOutcome::InFlight { .. } => { /* 409 idempotency_request_in_flight */ }
+//!     ClaimOutcome::Replay { .. } => { /* replay the stored response */ }
+//!     ClaimOutcome::Mismatch => { /* 422 idempotency_key_mismatch */ }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # How it is stored
+//!
+//! One hash per `(scope, key)` at [`record_key`] (`oncely:{<scope-len>:<scope>:<key>}`), whose
+//! fields are listed in the scripts' documentation; each of claim, renew, checkpoint, complete
+//! and release is one script touching only that key. See [`RedisStore`] for the guarantees,
+//! [`ClockSource`] for the clock rule, and [`KeyStore::reap`](oncely_core::KeyStore::reap) on
+//! [`RedisStore`] for why Redis expiry does the reaping.
+//!
+//! # What is not promised
+//!
+//! Redis replication is asynchronous: a claim acknowledged by a primary that fails before
+//! replicating it can be lost on failover, and a second claim may then win. Use a persistent,
+//! single-primary deployment (or `WAIT`-based setups outside this crate) when that matters, or
+//! a SQL backend. Within one primary, claims are atomic and writes are fenced.
+
+mod clock;
+mod decode;
+mod error;
+mod keys;
+mod scripts;
+mod store;
+
+pub use clock::ClockSource;
+pub use error::OperationTimedOut;
+pub use keys::{DEFAULT_NAMESPACE, record_key};
+pub use store::{DEFAULT_OPERATION_TIMEOUT, RedisConfig, RedisStore};

@@ -1,0 +1,203 @@
+//! The Lua scripts: each store write is one script, so one round trip and one atomic step on
+//! the server (Redis runs a script to completion before any other command).
+//!
+//! Every script touches exactly one key (`KEYS[1]`, the record's hash), so it is valid on Redis
+//! Cluster. `ARGV[1]` is always "now" in epoch milliseconds from the application clock, or the
+//! empty string to read the server's own `TIME` (the default; see
+//! [`ClockSource`](crate::ClockSource)). A script that calls `TIME` and then writes needs
+//! effects replication, the default since Redis 5 and the only mode since Redis 7.
+//!
+//! # The hash fields
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `scope`, `key` | the identity, verbatim |
+//! | `fp_v`, `fp` | fingerprint algorithm version (decimal) and 32-byte digest (raw bytes) |
+//! | `token` | the fencing token (decimal; +1 on every claim, never reset while the hash lives) |
+//! | `state` | `in_flight`, `complete` or `released` |
+//! | `lease`, `rp` | in flight: lease expiry (epoch ms) and recovery point (absent when none) |
+//! | `created`, `expires` | claim time and end of retention (epoch ms) |
+//! | `req` | the stored request (JSON, [`StoredRequest::encode`](oncely_core::StoredRequest::encode)); absent when none |
+//! | `status`, `headers`, `body`, `retained`, `completed` | complete: the response (headers as JSON, body raw) and completion time (epoch ms) |
+//!
+//! Every write also sets the hash's Redis TTL to `expires - now`, so Redis deletes the record by
+//! itself when its retention ends. `expires` is never earlier than a live lease's end, so a
+//! record (and with it its token counter) cannot vanish under a live owner.
+
+/// Helpers shared by every script, as a literal so that `concat!` can prepend them.
+macro_rules! prelude {
+    () => {
+        r#"
+local function now_ms()
+  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Integers as plain decimal text (Lua 5.1 would print large numbers in exponent form).
+local function int(n) return string.format('%.0f', n) end
+-- Redis expiry enforces retention; relative, so an application clock need not match the server's.
+local function set_ttl(k, now, expires)
+  local ttl = expires - now
+  if ttl < 1 then ttl = 1 end
+  redis.call('PEXPIRE', k, int(ttl))
+end
+-- The fencing check of every write: in flight, and the caller's token is the current one.
+local function owned(k, token)
+  local cur = redis.call('HMGET', k, 'state', 'token')
+  return cur[1] == 'in_flight' and cur[2] ~= false and tonumber(cur[2]) == tonumber(token)
+end
+-- Keeps the end of retention at or after the end of the lease, and re-arms the TTL.
+local function keep_until(k, now, lease_at)
+  local expires = tonumber(redis.call('HGET', k, 'expires'))
+  if expires == nil or expires < lease_at then
+    expires = lease_at
+    redis.call('HSET', k, 'expires', int(expires))
+  end
+  set_ttl(k, now, expires)
+end
+"#
+    };
+}
+
+/// The claim, exactly [`oncely_core::decide`] inside the server.
+///
+/// `ARGV`: now, fingerprint version, digest, lease ms, replay window ms, retention ms, scope,
+/// key, encoded request (`''` for none).
+///
+/// Returns `{'claimed', token, lease_expires_at, kind, recovery_point|nil}`,
+/// `{'in_flight', lease_expires_at}`, `{'replay', status, headers, body, retained, completed_at}`,
+/// `{'mismatch'}` or `{'corrupt', why}`.
+pub(crate) const CLAIM: &str = concat!(
+    prelude!(),
+    r#"
+local k = KEYS[1]
+local now = now_ms()
+local fp_v, fp = ARGV[2], ARGV[3]
+local lease, window, retention = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local cur = redis.call('HMGET', k, 'state', 'token', 'fp_v', 'fp', 'lease', 'completed')
+local state = cur[1]
+local token, kind, rp, created, req = 1, 'new', false, now, ARGV[9]
+if state then
+  local prev_token = tonumber(cur[2])
+  if prev_token == nil then return {'corrupt', 'token'} end
+  token = prev_token + 1
+  -- Case S3: every path that finds a record compares fingerprints (version and digest).
+  local same = (cur[3] == fp_v and cur[4] == fp)
+  if state == 'released' then
+    kind = 'new'
+  elseif state == 'complete' then
+    local completed = tonumber(cur[6])
+    if completed == nil then return {'corrupt', 'completed'} end
+    if now >= completed + window then
+      kind = 'after_window'
+    elseif same then
+      local r = redis.call('HMGET', k, 'status', 'headers', 'body', 'retained')
+      return {'replay', r[1], r[2], r[3], r[4], int(completed)}
+    else
+      return {'mismatch'}
+    end
+  elseif state == 'in_flight' then
+    if not same then return {'mismatch'} end
+    local lease_at = tonumber(cur[5])
+    if lease_at == nil then return {'corrupt', 'lease'} end
+    if now < lease_at then return {'in_flight', int(lease_at)} end
+    -- Takeover: the same request resumes, keeping its recovery point, request and claim time.
+    kind = 'takeover'
+    local prev = redis.call('HMGET', k, 'rp', 'created', 'req')
+    rp = prev[1]
+    created = tonumber(prev[2]) or now
+    if prev[3] then req = prev[3] end
+  else
+    return {'corrupt', 'state'}
+  end
+end
+local lease_at = now + lease
+local expires = now + retention
+if expires < lease_at then expires = lease_at end
+redis.call('DEL', k)
+local f = {'scope', ARGV[7], 'key', ARGV[8], 'fp_v', fp_v, 'fp', fp, 'token', int(token),
+  'state', 'in_flight', 'lease', int(lease_at), 'created', int(created), 'expires', int(expires)}
+if rp then f[#f + 1] = 'rp'; f[#f + 1] = rp end
+if req ~= '' then f[#f + 1] = 'req'; f[#f + 1] = req end
+redis.call('HSET', k, unpack(f))
+set_ttl(k, now, expires)
+return {'claimed', int(token), int(lease_at), kind, rp}
+"#
+);
+
+/// Renew. `ARGV`: now, token, lease ms. Returns `{'ok', lease_expires_at}` or `{'fenced'}`.
+pub(crate) const RENEW: &str = concat!(
+    prelude!(),
+    r#"
+local k = KEYS[1]
+if not owned(k, ARGV[2]) then return {'fenced'} end
+local now = now_ms()
+local lease_at = now + tonumber(ARGV[3])
+redis.call('HSET', k, 'lease', int(lease_at))
+keep_until(k, now, lease_at)
+return {'ok', int(lease_at)}
+"#
+);
+
+/// Checkpoint. `ARGV`: now, token, recovery point, lease ms. Returns `{'ok'}` or `{'fenced'}`.
+pub(crate) const CHECKPOINT: &str = concat!(
+    prelude!(),
+    r#"
+local k = KEYS[1]
+if not owned(k, ARGV[2]) then return {'fenced'} end
+local now = now_ms()
+local lease_at = now + tonumber(ARGV[4])
+redis.call('HSET', k, 'rp', ARGV[3], 'lease', int(lease_at))
+keep_until(k, now, lease_at)
+return {'ok'}
+"#
+);
+
+/// Complete. `ARGV`: now, token, status, headers (JSON), body, retained (`0`/`1`), retention ms.
+/// Returns `{'ok'}` or `{'fenced'}`.
+pub(crate) const COMPLETE: &str = concat!(
+    prelude!(),
+    r#"
+local k = KEYS[1]
+if not owned(k, ARGV[2]) then return {'fenced'} end
+local now = now_ms()
+local expires = now + tonumber(ARGV[7])
+redis.call('HDEL', k, 'lease', 'rp')
+redis.call('HSET', k, 'state', 'complete', 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5],
+  'retained', ARGV[6], 'completed', int(now), 'expires', int(expires))
+set_ttl(k, now, expires)
+return {'ok'}
+"#
+);
+
+/// Release: the record becomes a tombstone that behaves as absent but keeps its token until
+/// retention ends. `ARGV`: now, token. Returns `{'ok'}` or `{'fenced'}`.
+pub(crate) const RELEASE: &str = concat!(
+    prelude!(),
+    r#"
+local k = KEYS[1]
+if not owned(k, ARGV[2]) then return {'fenced'} end
+local now = now_ms()
+redis.call('HDEL', k, 'lease', 'rp')
+redis.call('HSET', k, 'state', 'released')
+local expires = tonumber(redis.call('HGET', k, 'expires')) or now
+set_ttl(k, now, expires)
+return {'ok'}
+"#
+);
+
+/// Deletes the record if its retention ended by "now" (checked again inside the script, so a
+/// record re-claimed since the reaper looked at it is kept). `ARGV`: now.
+/// Returns `{'deleted', state}` or `{'kept'}`.
+pub(crate) const REAP_ONE: &str = concat!(
+    prelude!(),
+    r#"
+local k = KEYS[1]
+local now = now_ms()
+local r = redis.call('HMGET', k, 'expires', 'state')
+local expires = tonumber(r[1])
+if expires == nil or expires > now then return {'kept'} end
+redis.call('DEL', k)
+return {'deleted', r[2] or ''}
+"#
+);
