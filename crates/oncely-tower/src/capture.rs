@@ -1,0 +1,375 @@
+//! Response capture and replay: what of a response is stored, and how it comes back.
+//!
+//! # What is stored
+//!
+//! The status, the headers that describe the representation, and the body bytes, so that the
+//! replay is indistinguishable from the original on the wire. The allowlist is every
+//! end-to-end header; a fixed denylist always drops:
+//!
+//! - credentials and session state: `Set-Cookie`, `Authorization`, `Proxy-Authorization`,
+//!   `Proxy-Authenticate` (a replay must never hand one caller's session to a retry, and
+//!   `Set-Cookie` is per-response state, RFC 6265);
+//! - hop-by-hop headers (RFC 9110 section 7.6.1): `Connection` and every header it names,
+//!   `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`;
+//! - headers the server recomputes for every message: `Content-Length` (from the replayed body)
+//!   and `Date` (the time of the replay, RFC 9110 section 6.6.1);
+//! - `Idempotent-Replayed` itself (the layer adds it to every replay).
+//!
+//! Multi-valued headers are kept as repeated entries, in the order they were sent.
+//!
+//! # Size limit and streaming bodies
+//!
+//! The layer reads the response body up to `Policy::max_response_bytes`. A body that fits is
+//! stored and replayed byte for byte; the first caller gets the same bytes (and trailers).
+//! A body over the limit, whether one large buffer or a long stream, is still delivered whole
+//! to the first caller (the captured prefix, then the rest of the stream as it comes), and the
+//! record is completed with its status and headers but `body_retained: false`. A later replay
+//! of such a record answers `409 idempotency_response_not_retained` (not retryable, with
+//! `Idempotent-Replayed: true` and a detail naming the original status): never an empty or
+//! partial body presented as the original, and never a second execution (case S10). A body
+//! stream that fails while being captured is treated the same way: the first caller gets the
+//! bytes read and then the error, the record is completed as not retained.
+//!
+//! Note the cost of capture: a response under the limit reaches the first caller only once its
+//! whole body was produced. Routes that stream long-lived responses (server-sent events)
+//! should not be idempotent routes.
+
+use crate::{Body, BoxError, IDEMPOTENT_REPLAYED};
+use bytes::{Bytes, BytesMut};
+use http::header::{CONNECTION, HeaderMap, HeaderName, HeaderValue};
+use http::{Response, StatusCode};
+use http_body::{Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use oncely_core::StoredResponse;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Headers never stored for replay (lower case). See the module docs for why.
+pub const DENIED_RESPONSE_HEADERS: &[&str] = &[
+    "set-cookie",
+    "authorization",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "date",
+    IDEMPOTENT_REPLAYED,
+];
+
+/// Builds the [`StoredResponse`] the layer stores for a response: `status`, the headers that
+/// pass the filter described in the [module docs](self) (multi-valued headers kept in order),
+/// and `body` (with `body_retained: true`).
+///
+/// A transactional handler that completes its record itself (and answers with
+/// [`HandlerOutcome::AlreadyStored`](crate::HandlerOutcome::AlreadyStored)) uses this so its
+/// replay is filtered exactly like the layer's own.
+///
+/// ```
+/// use http::{HeaderMap, StatusCode};
+/// let mut h = HeaderMap::new();
+/// h.append("x-a", "1".parse().unwrap());
+/// h.append("set-cookie", "s=1".parse().unwrap());
+/// h.append("x-a", "2".parse().unwrap());
+/// let s = oncely_tower::stored_response(StatusCode::CREATED, &h, b"{}");
+/// assert_eq!(s.status, 201);
+/// assert_eq!(s.headers, vec![("x-a".to_owned(), b"1".to_vec()), ("x-a".to_owned(), b"2".to_vec())]);
+/// assert!(s.body_retained);
+/// ```
+pub fn stored_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> StoredResponse {
+    StoredResponse {
+        status: status.as_u16(),
+        headers: filter_headers(headers),
+        body: body.to_vec(),
+        body_retained: true,
+    }
+}
+
+/// The headers of `headers` that are stored, as `(lower-case name, value)` pairs in order.
+pub(crate) fn filter_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    // Headers the `Connection` header nominates are hop-by-hop too (RFC 9110 section 7.6.1).
+    let nominated: Vec<String> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    // `HeaderMap::iter` yields every value of a name together, in insertion order.
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let n = name.as_str();
+            !DENIED_RESPONSE_HEADERS.contains(&n) && !nominated.iter().any(|t| t == n)
+        })
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect()
+}
+
+/// The response a replay of `stored` sends: its status, headers and body verbatim, plus
+/// `Idempotent-Replayed: true`. The caller must check `body_retained` first.
+pub(crate) fn replay_response(stored: &StoredResponse) -> Response<Body> {
+    let body = Full::new(Bytes::from(stored.body.clone()))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut res = Response::new(body);
+    *res.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let headers = res.headers_mut();
+    for (name, value) in &stored.headers {
+        // A stored header that no longer parses (a corrupt record) is skipped, not fatal.
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    headers.insert(
+        HeaderName::from_static(IDEMPOTENT_REPLAYED),
+        HeaderValue::from_static("true"),
+    );
+    res
+}
+
+/// The result of reading a response body up to the limit.
+pub(crate) enum Captured {
+    /// The whole body fit: its bytes and trailers.
+    Complete {
+        data: Bytes,
+        trailers: Option<HeaderMap>,
+    },
+    /// The body went over the limit: the bytes read so far, and the rest of the stream.
+    Overflow { prefix: Bytes, rest: Body },
+    /// The body stream failed after `prefix`.
+    Failed { prefix: Bytes, error: BoxError },
+}
+
+impl Captured {
+    /// The body to hand the first caller: every byte (and trailer, and error) of the original.
+    pub(crate) fn into_body(self) -> Body {
+        let b = match self {
+            Self::Complete { data, trailers } => CapturedBody {
+                prefix: Some(data),
+                rest: None,
+                error: None,
+                trailers,
+            },
+            Self::Overflow { prefix, rest } => CapturedBody {
+                prefix: Some(prefix),
+                rest: Some(rest),
+                error: None,
+                trailers: None,
+            },
+            Self::Failed { prefix, error } => CapturedBody {
+                prefix: Some(prefix),
+                rest: None,
+                error: Some(error),
+                trailers: None,
+            },
+        };
+        Body::new(b)
+    }
+}
+
+/// Reads `body` until it ends or holds more than `limit` bytes.
+pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
+    let mut buf = BytesMut::new();
+    let mut trailers: Option<HeaderMap> = None;
+    loop {
+        match body.frame().await {
+            None => {
+                return Captured::Complete {
+                    data: buf.freeze(),
+                    trailers,
+                };
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    buf.extend_from_slice(&data);
+                    if buf.len() > limit {
+                        return Captured::Overflow {
+                            prefix: buf.freeze(),
+                            rest: body,
+                        };
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(t) = frame.into_trailers() {
+                        match &mut trailers {
+                            Some(existing) => existing.extend(t),
+                            None => trailers = Some(t),
+                        }
+                    }
+                }
+            },
+            Some(Err(error)) => {
+                return Captured::Failed {
+                    prefix: buf.freeze(),
+                    error,
+                };
+            }
+        }
+    }
+}
+
+/// A body that yields a captured prefix, then the rest of the original stream (or its error),
+/// then its trailers.
+struct CapturedBody {
+    prefix: Option<Bytes>,
+    rest: Option<Body>,
+    error: Option<BoxError>,
+    trailers: Option<HeaderMap>,
+}
+
+impl http_body::Body for CapturedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Some(p) = this.prefix.take()
+            && !p.is_empty()
+        {
+            return Poll::Ready(Some(Ok(Frame::data(p))));
+        }
+        if let Some(rest) = &mut this.rest {
+            match Pin::new(rest).poll_frame(cx) {
+                Poll::Ready(None) => this.rest = None,
+                other => return other,
+            }
+        }
+        if let Some(e) = this.error.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        if let Some(t) = this.trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(t))));
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.as_ref().is_none_or(Bytes::is_empty)
+            && self.rest.is_none()
+            && self.error.is_none()
+            && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let prefix = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        match &self.rest {
+            // Exact when the whole body was captured, so the server can send Content-Length,
+            // just as it would have for the original body.
+            None => SizeHint::with_exact(prefix),
+            Some(rest) => {
+                let h = rest.size_hint();
+                let mut out = SizeHint::new();
+                out.set_lower(h.lower().saturating_add(prefix));
+                if let Some(u) = h.upper() {
+                    out.set_upper(u.saturating_add(prefix));
+                }
+                out
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::SET_COOKIE;
+
+    fn body_of(chunks: Vec<&'static [u8]>) -> Body {
+        let stream = futures::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, BoxError>(Frame::data(Bytes::from_static(c)))),
+        );
+        Body::new(http_body_util::StreamBody::new(stream))
+    }
+
+    #[test]
+    fn filter_drops_the_denylist_and_connection_nominated_headers() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("content-type", "application/json"),
+            ("set-cookie", "a=1"),
+            ("x-multi", "1"),
+            ("connection", "x-hop, keep-alive"),
+            ("x-hop", "h"),
+            ("transfer-encoding", "chunked"),
+            ("content-length", "2"),
+            ("date", "Mon, 30 Nov 2026 00:00:00 GMT"),
+            ("authorization", "Bearer t"),
+            ("idempotent-replayed", "true"),
+            ("location", "/v1/x/1"),
+            ("x-multi", "2"),
+        ] {
+            h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        h.append(SET_COOKIE, HeaderValue::from_static("b=2"));
+        let got = filter_headers(&h);
+        let names: Vec<(&str, &[u8])> = got
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_slice()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("content-type", &b"application/json"[..]),
+                ("x-multi", b"1"),
+                ("x-multi", b"2"),
+                ("location", b"/v1/x/1"),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn capture_under_the_limit_is_complete_and_exact() {
+        let c = capture(body_of(vec![b"ab", b"cd", b"ef"]), 6).await;
+        let Captured::Complete { data, .. } = &c else {
+            panic!("expected complete")
+        };
+        assert_eq!(&data[..], b"abcdef");
+        let body = c.into_body();
+        assert_eq!(body.size_hint().exact(), Some(6));
+        assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"abcdef");
+    }
+
+    #[tokio::test]
+    async fn capture_over_the_limit_keeps_every_byte_for_the_first_caller() {
+        let c = capture(body_of(vec![b"ab", b"cd", b"ef"]), 3).await;
+        let Captured::Overflow { prefix, .. } = &c else {
+            panic!("expected overflow")
+        };
+        assert_eq!(&prefix[..], b"abcd");
+        let bytes = c.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"abcdef");
+    }
+
+    #[test]
+    fn replay_adds_the_replayed_header_and_keeps_order() {
+        let s = StoredResponse {
+            status: 201,
+            headers: vec![
+                ("x-m".into(), b"1".to_vec()),
+                ("x-m".into(), b"2".to_vec()),
+            ],
+            body: b"{}".to_vec(),
+            body_retained: true,
+        };
+        let r = replay_response(&s);
+        assert_eq!(r.status(), 201);
+        let vals: Vec<_> = r.headers().get_all("x-m").iter().collect();
+        assert_eq!(vals, vec!["1", "2"]);
+        assert_eq!(r.headers()[IDEMPOTENT_REPLAYED], "true");
+    }
+}

@@ -1,0 +1,41 @@
+//! [`ResponseFuture`]: the future an [`Idempotency`](crate::Idempotency) service returns.
+
+use crate::Body;
+use http::Response;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+type Inner<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send + 'static>>;
+
+/// The response future of [`Idempotency`](crate::Idempotency): resolves to the handler's
+/// response, a replay, or a problem response; errors only with the inner service's error.
+///
+/// Dropping it (a client that disconnects) cancels the handler and stops the lease heartbeat;
+/// the claim is neither completed nor released, so the key stays in flight until its lease
+/// lapses and a retry takes it over (the request may have left a half-done effect; the recovery
+/// point tells the retry where to resume).
+pub struct ResponseFuture<E> {
+    inner: Inner<E>,
+}
+
+impl<E> ResponseFuture<E> {
+    pub(crate) fn new(inner: Inner<E>) -> Self {
+        Self { inner }
+    }
+}
+
+impl<E> Future for ResponseFuture<E> {
+    type Output = Result<Response<Body>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl<E> fmt::Debug for ResponseFuture<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}

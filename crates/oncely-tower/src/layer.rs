@@ -1,0 +1,189 @@
+//! [`IdempotencyLayer`]: the builder and [`tower::Layer`] of the idempotency middleware.
+
+use crate::config::{DefaultKeyRule, ExtensionScope, KeyRule, ScopeExtractor};
+use crate::metrics::Metrics;
+use crate::service::Idempotency;
+use http::HeaderName;
+use oncely_core::{
+    Clock, DefaultFingerprinter, Fingerprinter, KeyStore, Policy, PolicyError, SystemClock,
+};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::Layer;
+
+/// The default store timeout: 5 seconds.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Request headers that never take part in the fingerprint nor in the stored request, even when
+/// configured: credentials belong to the scope, and a rotated credential must not turn a retry
+/// into a mismatch (DESIGN.md, "The key contract").
+pub const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
+
+/// Everything a service needs, shared behind one `Arc`.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) store: Arc<dyn KeyStore>,
+    pub(crate) policy: Policy,
+    pub(crate) scope: Arc<dyn ScopeExtractor>,
+    pub(crate) fingerprinter: Arc<dyn Fingerprinter>,
+    pub(crate) key_rule: Arc<dyn KeyRule>,
+    pub(crate) store_timeout: Duration,
+    pub(crate) fingerprint_headers: Vec<HeaderName>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// The idempotency middleware as a [`tower::Layer`]: wraps a service in [`Idempotency`].
+///
+/// Defaults: [`Policy::default()`] (replay window 24 hours, retention 72 hours, lease
+/// 30 seconds renewed every 10 seconds, in-flight duplicates rejected with `Retry-After: 1`,
+/// `ietf` statuses, 1 MiB request and response limits), the scope from request extensions
+/// ([`ExtensionScope`]), fingerprint version 1 ([`DefaultFingerprinter`]), keys required on
+/// POST/PATCH and accepted on PUT/DELETE ([`DefaultKeyRule`]), a 5-second store timeout, no
+/// extra fingerprint headers, and the system clock.
+///
+/// Cloning is cheap; clones share their [`Metrics`].
+///
+/// ```
+/// use oncely_core::{MemoryStore, Policy, InFlightBehavior};
+/// use oncely_tower::IdempotencyLayer;
+/// use std::{sync::Arc, time::Duration};
+///
+/// let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()))
+///     .with_policy(Policy {
+///         in_flight: InFlightBehavior::Wait {
+///             max: Duration::from_secs(5),
+///             poll: Duration::from_millis(50),
+///         },
+///         ..Policy::default()
+///     })
+///     .with_store_timeout(Duration::from_secs(2))
+///     .with_fingerprint_headers(vec![http::HeaderName::from_static("x-api-version")]);
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    config: Config,
+}
+
+impl fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("policy", &self.config.policy)
+            .field("store_timeout", &self.config.store_timeout)
+            .field("fingerprint_headers", &self.config.fingerprint_headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IdempotencyLayer {
+    /// A layer over `store` with the defaults listed on [`IdempotencyLayer`].
+    pub fn new(store: Arc<dyn KeyStore>) -> Self {
+        Self {
+            config: Config {
+                store,
+                policy: Policy::default(),
+                scope: Arc::new(ExtensionScope),
+                fingerprinter: Arc::new(DefaultFingerprinter),
+                key_rule: Arc::new(DefaultKeyRule),
+                store_timeout: DEFAULT_STORE_TIMEOUT,
+                fingerprint_headers: Vec::new(),
+                clock: Arc::new(SystemClock),
+                metrics: Arc::new(Metrics::default()),
+            },
+        }
+    }
+
+    /// Replaces the policy.
+    ///
+    /// # Panics
+    ///
+    /// When the policy is invalid (see [`Policy::validate`]); use
+    /// [`IdempotencyLayer::try_with_policy`] to handle that as an error.
+    #[track_caller]
+    pub fn with_policy(self, policy: Policy) -> Self {
+        match self.try_with_policy(policy) {
+            Ok(l) => l,
+            Err(e) => panic!("invalid idempotency policy: {e}"),
+        }
+    }
+
+    /// Replaces the policy after validating it.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError`] naming the first broken invariant (retention shorter than the replay
+    /// window, a zero lease, a heartbeat not shorter than the lease).
+    pub fn try_with_policy(mut self, policy: Policy) -> Result<Self, PolicyError> {
+        policy.validate()?;
+        self.config.policy = policy;
+        Ok(self)
+    }
+
+    /// Replaces how the caller's scope is found (default [`ExtensionScope`]).
+    pub fn with_scope_extractor(mut self, e: impl ScopeExtractor) -> Self {
+        self.config.scope = Arc::new(e);
+        self
+    }
+
+    /// Replaces the fingerprint function (default [`DefaultFingerprinter`], version 1). It must
+    /// be deterministic and the same on every instance sharing the store.
+    pub fn with_fingerprinter(mut self, f: impl Fingerprinter) -> Self {
+        self.config.fingerprinter = Arc::new(f);
+        self
+    }
+
+    /// Replaces which routes require, accept or ignore a key (default [`DefaultKeyRule`]).
+    pub fn with_key_rule(mut self, r: impl KeyRule) -> Self {
+        self.config.key_rule = Arc::new(r);
+        self
+    }
+
+    /// Sets the longest wait for one store call (default 5 seconds). A claim slower than this
+    /// fails closed with `503 idempotency_store_unavailable` and the handler does not run; a
+    /// completion slower than this is logged and the response is still returned.
+    ///
+    /// A claim that timed out may still have been recorded by the store: the key then stays in
+    /// flight until its lease lapses, and a retry after that takes it over.
+    pub fn with_store_timeout(mut self, t: Duration) -> Self {
+        self.config.store_timeout = t;
+        self
+    }
+
+    /// Adds request headers to the fingerprint (default none), in this order; a header missing
+    /// from a request counts as "no value". Their values are also kept in the stored request.
+    /// Credential headers ([`CREDENTIAL_HEADERS`]) are ignored here: they never take part.
+    pub fn with_fingerprint_headers(mut self, names: Vec<HeaderName>) -> Self {
+        self.config.fingerprint_headers = names
+            .into_iter()
+            .filter(|n| !CREDENTIAL_HEADERS.contains(&n.as_str()))
+            .collect();
+        self
+    }
+
+    /// Replaces the clock (default the system clock). The layer reads it only to check the
+    /// replay window of a record it polls in wait mode; pass the store's clock.
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.config.clock = Arc::new(clock);
+        self
+    }
+
+    /// The counters of this layer and of every service it made.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.config.metrics)
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.config.policy
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency::new(inner, Arc::new(self.config.clone()))
+    }
+}

@@ -1,0 +1,126 @@
+//! # oncely-tower
+//!
+//! `Idempotency-Key` support for any tower HTTP service, axum first: one layer that claims the
+//! key in a [`KeyStore`](oncely_core::KeyStore), runs the handler once per `(scope, key)`,
+//! keeps its lease alive while it runs, stores the response, and replays it verbatim to every
+//! retry with `Idempotent-Replayed: true`.
+//!
+//! ```
+//! use axum::{Router, extract::Request, middleware::{self, Next}, response::Response, routing::post};
+//! use oncely_core::{MemoryStore, Scope};
+//! use oncely_tower::{IdempotencyContext, IdempotencyLayer};
+//! use std::sync::Arc;
+//! use tower::ServiceExt;
+//!
+//! // Your authentication decides whose key it is: it puts a `Scope` in the request
+//! // extensions (the default `ExtensionScope` reads it from there).
+//! async fn authenticate(mut req: Request, next: Next) -> Response {
+//!     let account = req.headers().get("x-account").and_then(|v| v.to_str().ok()).map(str::to_owned);
+//!     if let Some(account) = account {
+//!         req.extensions_mut().insert(Scope::new(account));
+//!     }
+//!     next.run(req).await
+//! }
+//!
+//! async fn create_order(ctx: IdempotencyContext, body: String) -> (axum::http::StatusCode, String) {
+//!     // Runs once per (account, key); retries get the stored response.
+//!     (axum::http::StatusCode::CREATED, format!("order for {} from {body}", ctx.id.scope))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let idempotency = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
+//! let metrics = idempotency.metrics();
+//! let app = Router::new()
+//!     .route("/v1/orders", post(create_order))
+//!     .layer(idempotency) // inner: runs after authentication
+//!     .layer(middleware::from_fn(authenticate));
+//!
+//! let request = || {
+//!     axum::http::Request::post("/v1/orders")
+//!         .header("x-account", "acct_1")
+//!         .header("idempotency-key", "order-confirm-42")
+//!         .body(axum::body::Body::from("sku=A"))
+//!         .unwrap()
+//! };
+//! let first = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(first.status(), 201);
+//! let retry = app.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(retry.status(), 201);
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! assert_eq!(metrics.snapshot().claims, 1);
+//! assert_eq!(metrics.snapshot().replays, 1);
+//! # }
+//! ```
+//!
+//! # What the layer answers
+//!
+//! | situation | response |
+//! |---|---|
+//! | route ignores keys (GET, HEAD, ...), or key optional and absent | passes through untouched |
+//! | key required and absent | `400 idempotency_key_missing` |
+//! | key empty, over 255 characters, not visible ASCII, header repeated | `400 idempotency_key_invalid` |
+//! | no authenticated scope | `401 idempotency_scope_missing` |
+//! | request body over `Policy::max_request_bytes` | `413 idempotency_request_too_large` |
+//! | store error, or a store call slower than the store timeout (5 s) | `503 idempotency_store_unavailable` + `Retry-After`; the handler never runs |
+//! | first request (or after the replay window, or a lapsed lease) | runs the handler with an [`IdempotencyContext`] |
+//! | same request while the first runs | `409 idempotency_request_in_flight` + `Retry-After` (or, in wait mode, the replay) |
+//! | same request after it completed | the stored response verbatim + `Idempotent-Replayed: true` |
+//! | same request, but the response was too large to keep | `409 idempotency_response_not_retained` + `Idempotent-Replayed: true` |
+//! | same key, different request | `422 idempotency_key_mismatch` (`400` under `stripe`, `409` under `resend`) |
+//!
+//! Every error body is RFC 9457 `application/problem+json` with `code` and `retryable`; the
+//! statuses follow the policy's [`StatusProfile`](oncely_core::StatusProfile).
+//!
+//! # Handlers
+//!
+//! A claimed request carries an [`IdempotencyContext`] (an axum extractor; in plain tower, a
+//! request extension): its `(scope, key)`, fencing token, claim kind and recovery point, and
+//! [`IdempotencyContext::checkpoint`] to record committed phases. A handler steers what happens
+//! to its response with a [`HandlerOutcome`] in the response extensions: `NotExecuted` (returned,
+//! not stored, key released) or `AlreadyStored` (it completed the record itself, in its own
+//! transaction). See [`context`] and [`capture`] for what is stored and how large and streaming
+//! bodies are handled.
+//!
+//! # Guarantee
+//!
+//! Effectively-once, not "exactly-once": nothing over a network can promise that. Inside one
+//! scope and replay window, a request's side effects run once however often it is retried,
+//! provided the handler's effects happen inside the handler (see `oncely_core`).
+
+
+pub mod capture;
+mod config;
+pub mod context;
+mod future;
+mod layer;
+mod metrics;
+mod problem;
+mod service;
+
+pub use capture::{DENIED_RESPONSE_HEADERS, stored_response};
+pub use config::{DefaultKeyRule, ExtensionScope, KeyRequirement, KeyRule, ScopeExtractor};
+#[cfg(feature = "axum")]
+pub use context::MissingIdempotencyContext;
+pub use context::{HandlerOutcome, IdempotencyContext};
+pub use future::ResponseFuture;
+pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};
+pub use metrics::{Metrics, MetricsSnapshot};
+pub use problem::problem_response;
+pub use service::Idempotency;
+
+/// The body type the layer hands the inner service and answers with: a boxed body of
+/// [`Bytes`](bytes::Bytes) chunks. axum accepts it both ways (`Router::layer`,
+/// `Router::route_layer`).
+pub type Body = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
+
+/// A type-erased error, as tower and axum use.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The response header on every replay: `Idempotent-Replayed: true` (lower case, as
+/// `http::HeaderName` wants it).
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// The request header carrying the key: `Idempotency-Key` (IETF
+/// draft-ietf-httpapi-idempotency-key-header), lower case.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";

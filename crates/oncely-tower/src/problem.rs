@@ -1,0 +1,85 @@
+//! The layer's error answers: RFC 9457 `application/problem+json` bodies built from
+//! [`oncely_core::Problem`], with the status of the policy's
+//! [`StatusProfile`](oncely_core::StatusProfile).
+//!
+//! ```
+//! use oncely_core::{ErrorCode, Problem, StatusProfile};
+//! use oncely_tower::problem_response;
+//!
+//! let p = Problem::new(ErrorCode::RequestInFlight, StatusProfile::Ietf, "retry later");
+//! let res = problem_response(&p, Some(1));
+//! assert_eq!(res.status(), 409);
+//! assert_eq!(res.headers()["content-type"], "application/problem+json");
+//! assert_eq!(res.headers()["retry-after"], "1");
+//! ```
+
+use crate::Body;
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use oncely_core::problem::PROBLEM_JSON;
+use oncely_core::{ErrorCode, Problem, StatusProfile};
+
+/// Renders a problem as a response: its status, `Content-Type: application/problem+json`, the
+/// JSON body, and `Retry-After: <seconds>` when `retry_after_secs` is given.
+pub fn problem_response(problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body> {
+    let status =
+        StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = Full::new(Bytes::from(problem.to_json()))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut res = Response::new(body);
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    if let Some(secs) = retry_after_secs {
+        res.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    res
+}
+
+/// A problem for one of the codes, under a profile. Retryable codes carry `Retry-After`.
+pub(crate) fn code_response(
+    code: ErrorCode,
+    profile: StatusProfile,
+    detail: impl Into<String>,
+    retry_after_secs: u64,
+) -> Response<Body> {
+    let retry = code.retryable().then_some(retry_after_secs);
+    problem_response(&Problem::new(code, profile, detail), retry)
+}
+
+/// A problem outside the core's codes (the request body could not be read, the layer is
+/// missing): `urn:oncely:problem:<code>`, not retryable.
+pub(crate) fn custom_problem(status: u16, code: &str, title: &str, detail: &str) -> Problem {
+    Problem {
+        type_uri: format!("urn:oncely:problem:{code}"),
+        title: title.to_owned(),
+        status,
+        detail: detail.to_owned(),
+        code: code.to_owned(),
+        retryable: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn renders_json_body_and_retry_after_only_for_retryable_codes() {
+        let res = code_response(ErrorCode::KeyMismatch, StatusProfile::Resend, "d", 7);
+        assert_eq!(res.status(), 409);
+        assert!(res.headers().get(RETRY_AFTER).is_none());
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["code"], "idempotency_key_mismatch");
+        assert_eq!(v["status"], 409);
+        assert_eq!(v["retryable"], false);
+
+        let res = code_response(ErrorCode::StoreUnavailable, StatusProfile::Ietf, "d", 7);
+        assert_eq!(res.status(), 503);
+        assert_eq!(res.headers()[RETRY_AFTER], "7");
+    }
+}

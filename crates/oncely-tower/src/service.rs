@@ -1,0 +1,636 @@
+//! [`Idempotency`]: the service that claims, executes, stores and replays.
+//!
+//! # What one request goes through
+//!
+//! 1. The [`KeyRule`](crate::KeyRule) says whether the route takes a key; ignored routes, and
+//!    optional routes called without a key, pass through untouched.
+//! 2. The key is parsed (`400 idempotency_key_missing` / `idempotency_key_invalid`), the scope
+//!    is found (`401 idempotency_scope_missing`), and the request body is buffered up to
+//!    `Policy::max_request_bytes` (`413 idempotency_request_too_large`; nothing runs).
+//! 3. The fingerprint is computed from the bytes received, and the key is claimed with the
+//!    policy's lease, replay window and retention, in one store call bounded by the store
+//!    timeout. A store error or timeout answers `503 idempotency_store_unavailable` with
+//!    `Retry-After`: the request never runs without a claim (fail closed, case S7).
+//! 4. By the claim's outcome:
+//!    - claimed: an [`IdempotencyContext`] goes into the request extensions, the inner service
+//!      runs while a heartbeat renews the lease every `Policy::heartbeat`, and the response is
+//!      captured and stored (see [`capture`](crate::capture)), or the key is released
+//!      ([`HandlerOutcome`], [`StorePolicy`](oncely_core::StorePolicy));
+//!    - in flight: `409 idempotency_request_in_flight` with `Retry-After`, or in wait mode the
+//!      replay once the first request completes (bounded);
+//!    - replay: the stored response verbatim plus `Idempotent-Replayed: true`;
+//!    - mismatch: `422 idempotency_key_mismatch` (status per profile), never the stored body.
+//!
+//! # After the handler ran
+//!
+//! The response is always returned to its caller, whatever happens to the record: the side
+//! effect happened. A completion rejected with a stale fencing token (this request's lease
+//! lapsed and another took over) is counted and logged; the other owner's record stands. A
+//! completion that fails because the store is down is logged at error level; the key stays in
+//! flight until its lease lapses, and a retry after that takes it over.
+
+use crate::capture::{Captured, capture, filter_headers, replay_response};
+use crate::context::{HandlerOutcome, IdempotencyContext};
+use crate::future::ResponseFuture;
+use crate::layer::Config;
+use crate::metrics::Counter;
+use crate::problem::{code_response, custom_problem, problem_response};
+use crate::{Body, BoxError, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, stored_response};
+use bytes::{Buf, Bytes};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::{Request, Response, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use oncely_core::fingerprint::RequestParts;
+use oncely_core::{
+    ClaimOutcome, ClaimRequest, ErrorCode, FencingToken, Fingerprint, IdempotencyKey,
+    InFlightBehavior, KeyError, RecordKey, RecordState, StoreError, StoredRequest,
+    StoredResponse, clock::duration_millis,
+};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tower::Service;
+
+/// The idempotency middleware around a service `S`; made by
+/// [`IdempotencyLayer`](crate::IdempotencyLayer).
+///
+/// It accepts `http::Request<B>` for any body `B` and hands the inner service an
+/// `http::Request<`[`Body`]`>` (a boxed body: the buffered bytes on idempotent requests, the
+/// original stream on pass-through ones). Under axum, `Router::layer` and `Router::route_layer`
+/// accept it as is. It answers `http::Response<`[`Body`]`>` and fails only with the inner
+/// service's error.
+pub struct Idempotency<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S: Clone> Clone for Idempotency<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Idempotency<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("inner", &self.inner)
+            .field("policy", &self.config.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Idempotency<S> {
+    pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B, ResBody> Service<Request<B>> for Idempotency<S>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // The service that was driven to readiness is the one that must be called: take it and
+        // leave a clone in its place (the usual tower idiom).
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(Box::pin(handle(Arc::clone(&self.config), inner, req)))
+    }
+}
+
+fn box_body<B>(body: B) -> Body
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    Body::new(
+        body.map_frame(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())))
+            .map_err(Into::into),
+    )
+}
+
+type BoxedCall<R, E> = std::pin::Pin<Box<dyn Future<Output = Result<R, E>> + Send + 'static>>;
+
+/// Calls the inner service and boxes its future as `Send`, proven here where every lifetime
+/// is known (inside an `async fn`, the compiler cannot prove `S::Future: Send` for the erased
+/// lifetimes of its state, rust-lang/rust#110338).
+fn call_boxed<S, R>(inner: &mut S, req: R) -> BoxedCall<S::Response, S::Error>
+where
+    S: Service<R>,
+    S::Future: Send + 'static,
+{
+    Box::pin(inner.call(req))
+}
+
+fn full_body(bytes: Bytes) -> Body {
+    Body::new(Full::new(bytes).map_err(|never| match never {}))
+}
+
+/// The URI as the client sent it: under axum, a nested router's request still carries its
+/// prefix in `OriginalUri`, and two routes must never share records by sharing a suffix.
+fn original_uri<B>(req: &Request<B>) -> &Uri {
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::OriginalUri(uri)) = req.extensions().get() {
+        return uri;
+    }
+    req.uri()
+}
+
+async fn handle<S, B, ResBody>(
+    config: Arc<Config>,
+    inner: S,
+    req: Request<B>,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let policy = &config.policy;
+    let uri = original_uri(&req).clone();
+    let requirement = config.key_rule.requirement(req.method(), uri.path());
+    if requirement == crate::KeyRequirement::Ignored {
+        return pass_through(inner, req).await;
+    }
+    let key_values = req
+        .headers()
+        .get_all(IDEMPOTENCY_KEY)
+        .iter()
+        .map(HeaderValue::as_bytes);
+    let key = match IdempotencyKey::from_header_values(key_values) {
+        Ok(k) => k,
+        Err(KeyError::Missing) if requirement == crate::KeyRequirement::Optional => {
+            return pass_through(inner, req).await;
+        }
+        Err(KeyError::Missing) => {
+            config.metrics.inc(Counter::key_missing);
+            return Ok(code_response(
+                ErrorCode::KeyMissing,
+                policy.profile,
+                format!(
+                    "{} {} requires an Idempotency-Key header: mint a unique key per operation and reuse it on every retry",
+                    req.method(),
+                    uri.path()
+                ),
+                policy.retry_after_secs,
+            ));
+        }
+        Err(e) => {
+            config.metrics.inc(Counter::key_invalid);
+            return Ok(code_response(
+                ErrorCode::KeyInvalid,
+                policy.profile,
+                format!("{e}; a key is 1 to 255 visible ASCII characters, sent once"),
+                policy.retry_after_secs,
+            ));
+        }
+    };
+
+    let (mut parts, body) = req.into_parts();
+    let Some(scope) = config.scope.scope(&parts) else {
+        return Ok(code_response(
+            ErrorCode::ScopeMissing,
+            policy.profile,
+            "the caller is not authenticated, so the Idempotency-Key cannot be scoped",
+            policy.retry_after_secs,
+        ));
+    };
+    let body = match read_body(&config, &parts.headers, body).await {
+        Ok(b) => b,
+        Err(res) => return Ok(res),
+    };
+
+    // The fingerprint and the stored request, from the bytes received (never credentials:
+    // the configured headers exclude them, see `with_fingerprint_headers`).
+    let content_type = parts.headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes);
+    let extra: Vec<(&str, Vec<&[u8]>)> = config
+        .fingerprint_headers
+        .iter()
+        .map(|n| {
+            let values = parts
+                .headers
+                .get_all(n)
+                .iter()
+                .map(HeaderValue::as_bytes)
+                .collect();
+            (n.as_str(), values)
+        })
+        .collect();
+    let fingerprint = config.fingerprinter.fingerprint(&RequestParts {
+        method: parts.method.as_str(),
+        path: uri.path(),
+        query: uri.query(),
+        content_type,
+        body: &body,
+        extra_headers: &extra,
+    });
+    let mut stored_headers = Vec::new();
+    if let Some(ct) = content_type {
+        stored_headers.push((CONTENT_TYPE.as_str().to_owned(), ct.to_vec()));
+    }
+    for (name, values) in &extra {
+        for v in values {
+            stored_headers.push(((*name).to_owned(), v.to_vec()));
+        }
+    }
+    let stored_request = StoredRequest {
+        method: parts.method.as_str().to_owned(),
+        uri: uri
+            .path_and_query()
+            .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned()),
+        headers: stored_headers,
+        body: body.to_vec(),
+    };
+    drop(extra);
+
+    let id = RecordKey::new(scope, key);
+    let claim = ClaimRequest {
+        id: id.clone(),
+        fingerprint,
+        lease: policy.lease,
+        replay_window: policy.replay_window,
+        retention: policy.retention,
+        request: Some(stored_request),
+    };
+    let outcome = match timed(&config, config.store.claim(claim)).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!(scope = %id.scope, key = %id.key, error = %e, "idempotency claim failed; failing closed with 503");
+            return Ok(unavailable(&config));
+        }
+    };
+    match outcome {
+        ClaimOutcome::Claimed(claim) => {
+            config.metrics.inc(Counter::claims);
+            if claim.kind == oncely_core::ClaimKind::Takeover {
+                config.metrics.inc(Counter::lease_takeovers);
+                tracing::info!(scope = %id.scope, key = %id.key, token = claim.token.0, recovery_point = ?claim.recovery_point, "took over an in-flight key whose lease lapsed");
+            }
+            let ctx = IdempotencyContext {
+                id,
+                token: claim.token,
+                kind: claim.kind,
+                recovery_point: claim.recovery_point,
+                lease: policy.lease,
+                retention: policy.retention,
+                store: Arc::clone(&config.store),
+            };
+            parts.extensions.insert(ctx.clone());
+            let req = Request::from_parts(parts, full_body(body));
+            execute(&config, inner, req, &ctx).await
+        }
+        ClaimOutcome::InFlight { .. } => Ok(in_flight(&config, &id, fingerprint).await),
+        ClaimOutcome::Replay { response, .. } => Ok(replay(&config, &response)),
+        ClaimOutcome::Mismatch => Ok(mismatch(&config)),
+    }
+}
+
+async fn pass_through<S, B, ResBody>(
+    mut inner: S,
+    req: Request<B>,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let res = call_boxed(&mut inner, req.map(box_body)).await?;
+    Ok(res.map(box_body))
+}
+
+/// Buffers the request body up to the policy's limit; the error is the response to send.
+async fn read_body<B>(
+    config: &Config,
+    headers: &http::HeaderMap,
+    body: B,
+) -> Result<Bytes, Response<Body>>
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let max = config.policy.max_request_bytes;
+    let too_large = || {
+        code_response(
+            ErrorCode::RequestTooLarge,
+            config.policy.profile,
+            format!("the request body is larger than {max} bytes, the most this route buffers"),
+            config.policy.retry_after_secs,
+        )
+    };
+    // A declared length over the limit is refused before reading a byte.
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(body, max).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read the request body");
+            let p = custom_problem(
+                400,
+                "idempotency_request_body_unreadable",
+                "Request body unreadable",
+                "the request body could not be read completely; nothing was executed",
+            );
+            Err(problem_response(&p, None))
+        }
+    }
+}
+
+/// One store call bounded by the store timeout; failures and timeouts count as store errors.
+async fn timed<T>(
+    config: &Config,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let result = match tokio::time::timeout(config.store_timeout, call).await {
+        Ok(r) => r,
+        Err(elapsed) => Err(StoreError::unavailable(elapsed)),
+    };
+    if let Err(e) = &result
+        && !matches!(e, StoreError::Fenced)
+    {
+        config.metrics.inc(Counter::store_errors);
+    }
+    result
+}
+
+fn unavailable(config: &Config) -> Response<Body> {
+    code_response(
+        ErrorCode::StoreUnavailable,
+        config.policy.profile,
+        format!(
+            "the idempotency key store could not be reached; the request was not executed. Retry after {} second(s) with the same key",
+            config.policy.retry_after_secs
+        ),
+        config.policy.retry_after_secs,
+    )
+}
+
+fn mismatch(config: &Config) -> Response<Body> {
+    config.metrics.inc(Counter::mismatches);
+    code_response(
+        ErrorCode::KeyMismatch,
+        config.policy.profile,
+        "this Idempotency-Key was already used for a different request (method, path, query or body); use a new key for a new request",
+        config.policy.retry_after_secs,
+    )
+}
+
+fn replay(config: &Config, stored: &StoredResponse) -> Response<Body> {
+    config.metrics.inc(Counter::replays);
+    if stored.body_retained {
+        return replay_response(stored);
+    }
+    let mut res = code_response(
+        ErrorCode::ResponseNotRetained,
+        config.policy.profile,
+        format!(
+            "the request with this Idempotency-Key already completed with status {}, but its response body was too large to keep; it was not executed again",
+            stored.status
+        ),
+        config.policy.retry_after_secs,
+    );
+    res.headers_mut().insert(
+        http::HeaderName::from_static(IDEMPOTENT_REPLAYED),
+        HeaderValue::from_static("true"),
+    );
+    res
+}
+
+/// A duplicate found the key in flight: reject at once, or in wait mode poll for the result.
+async fn in_flight(config: &Config, id: &RecordKey, fingerprint: Fingerprint) -> Response<Body> {
+    if let InFlightBehavior::Wait { max, poll } = config.policy.in_flight {
+        let deadline = tokio::time::Instant::now() + max;
+        let poll = poll.max(std::time::Duration::from_millis(1));
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            tokio::time::sleep(poll.min(deadline - now)).await;
+            match timed(config, config.store.get(id)).await {
+                Err(e) => {
+                    tracing::warn!(scope = %id.scope, key = %id.key, error = %e, "polling an in-flight key failed; answering 503");
+                    return unavailable(config);
+                }
+                Ok(Some(rec)) if rec.fingerprint == fingerprint => match &rec.state {
+                    RecordState::InFlight { .. } => {}
+                    RecordState::Complete {
+                        response,
+                        completed_at,
+                    } => {
+                        let window_end = completed_at
+                            .saturating_add(duration_millis(config.policy.replay_window));
+                        if config.clock.now_millis() < window_end {
+                            return replay(config, response);
+                        }
+                        break;
+                    }
+                    // Released: nothing was stored; the client's retry will claim it.
+                    RecordState::Released => break,
+                },
+                // Gone, or now held by a different request: let the client retry.
+                Ok(_) => break,
+            }
+        }
+    }
+    config.metrics.inc(Counter::in_flight_conflicts);
+    code_response(
+        ErrorCode::RequestInFlight,
+        config.policy.profile,
+        format!(
+            "a request with this Idempotency-Key is being processed; retry after {} second(s) with the same key",
+            config.policy.retry_after_secs
+        ),
+        config.policy.retry_after_secs,
+    )
+}
+
+/// Runs the claimed request, then completes or releases its record.
+async fn execute<S, ResBody>(
+    config: &Arc<Config>,
+    mut inner: S,
+    req: Request<Body>,
+    ctx: &IdempotencyContext,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let heartbeat = Heartbeat::start(config, ctx.id.clone(), ctx.token);
+    let res = match call_boxed(&mut inner, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            // The service failed without a response: its effects are unknown, so the key is
+            // left in flight and a retry takes it over once the lease lapses. Dropping the
+            // heartbeat stops it (no await here: the error is returned as is).
+            drop(heartbeat);
+            tracing::warn!(scope = %ctx.id.scope, key = %ctx.id.key, "inner service failed; the key stays in flight until its lease lapses");
+            return Err(e);
+        }
+    };
+    let (parts, body) = res.into_parts();
+    let body = box_body(body);
+    let status = parts.status;
+    match parts.extensions.get::<HandlerOutcome>() {
+        Some(HandlerOutcome::AlreadyStored) => {
+            heartbeat.stop().await;
+            return Ok(Response::from_parts(parts, body));
+        }
+        Some(HandlerOutcome::NotExecuted) => {
+            heartbeat.stop().await;
+            release(config, ctx).await;
+            return Ok(Response::from_parts(parts, body));
+        }
+        None if !config.policy.store_policy.stores(status.as_u16(), false) => {
+            heartbeat.stop().await;
+            release(config, ctx).await;
+            return Ok(Response::from_parts(parts, body));
+        }
+        None => {}
+    }
+    let captured = capture(body, config.policy.max_response_bytes).await;
+    // Stop renewing before completing: a renew racing the completion would be fenced.
+    heartbeat.stop().await;
+    let stored = match &captured {
+        Captured::Complete { data, .. } => stored_response(status, &parts.headers, data),
+        Captured::Overflow { .. } | Captured::Failed { .. } => {
+            config.metrics.inc(Counter::not_retained);
+            StoredResponse {
+                status: status.as_u16(),
+                headers: filter_headers(&parts.headers),
+                body: Vec::new(),
+                body_retained: false,
+            }
+        }
+    };
+    match timed(
+        config,
+        config
+            .store
+            .complete(&ctx.id, ctx.token, stored, config.policy.retention),
+    )
+    .await
+    {
+        Ok(()) => {}
+        Err(StoreError::Fenced) => {
+            config.metrics.inc(Counter::fencing_rejections);
+            tracing::warn!(scope = %ctx.id.scope, key = %ctx.id.key, token = ctx.token.0, "completion fenced: this request's lease lapsed and another request took the key over; its record stands");
+        }
+        Err(e) => {
+            tracing::error!(scope = %ctx.id.scope, key = %ctx.id.key, token = ctx.token.0, error = %e, "could not store the response of an executed request; the key stays in flight until its lease lapses, then a retry takes it over");
+        }
+    }
+    Ok(Response::from_parts(parts, captured.into_body()))
+}
+
+/// Releases the claim (nothing executed, or a status the store policy does not keep).
+async fn release(config: &Config, ctx: &IdempotencyContext) {
+    match timed(config, config.store.release(&ctx.id, ctx.token)).await {
+        Ok(()) => config.metrics.inc(Counter::released),
+        Err(StoreError::Fenced) => {
+            config.metrics.inc(Counter::fencing_rejections);
+            tracing::warn!(scope = %ctx.id.scope, key = %ctx.id.key, token = ctx.token.0, "release fenced: another request took the key over");
+        }
+        Err(e) => {
+            tracing::warn!(scope = %ctx.id.scope, key = %ctx.id.key, error = %e, "could not release the key; it stays in flight until its lease lapses");
+        }
+    }
+}
+
+/// The lease heartbeat: a task that renews the claim every `Policy::heartbeat` while the
+/// handler runs, so a slow but live request is never taken over.
+///
+/// How it stops: [`Heartbeat::stop`] signals it and waits, so that no renew is in flight when
+/// the record is completed. If the request future is dropped instead (the client went away),
+/// dropping the sender wakes the task, which then ends: no task outlives its request by more
+/// than one renew call.
+struct Heartbeat {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Heartbeat {
+    fn start(config: &Arc<Config>, id: RecordKey, token: FencingToken) -> Self {
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let config = Arc::clone(config);
+        let task = tokio::spawn(async move {
+            let every = config.policy.heartbeat;
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => return,
+                    () = tokio::time::sleep(every) => {}
+                }
+                match timed(&config, config.store.renew(&id, token, config.policy.lease)).await {
+                    Ok(_) => {}
+                    Err(StoreError::Fenced) => {
+                        config.metrics.inc(Counter::fencing_rejections);
+                        tracing::warn!(scope = %id.scope, key = %id.key, token = token.0, "lease renewal fenced: this request lost its claim to another one; its completion will be rejected");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(scope = %id.scope, key = %id.key, error = %e, "lease renewal failed; retrying at the next heartbeat");
+                    }
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
