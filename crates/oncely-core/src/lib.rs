@@ -53,6 +53,8 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod fingerprint;
+#[cfg(feature = "jobs")]
+pub mod jobs;
 pub mod key;
 pub mod policy;
 pub mod problem;
