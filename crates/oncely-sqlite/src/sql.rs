@@ -1,0 +1,97 @@
+//! Every SQL statement the store runs, as `&'static str` constants (no statement is built at run
+//! time). Parameters are numbered (`?1`); all times are integer epoch milliseconds.
+
+/// The record columns, in the order [`crate::row::decode_record`] reads them.
+macro_rules! record_columns {
+    () => {
+        "scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, \
+         recovery_point, response_status, response_headers, response_body, \
+         response_body_retained, completed_at, created_at, expires_at, request"
+    };
+}
+
+/// One record by `(scope, key)`. `?1` scope, `?2` key.
+pub(crate) const SELECT_ONE: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE scope = ?1 AND key = ?2"
+);
+
+/// The claim of an absent key: the primary key arbitrates, a conflict inserts nothing (and is the
+/// normal "record exists" path, never an error). `?1` scope, `?2` key, `?3` fingerprint version,
+/// `?4` digest, `?5` token, `?6` lease expiry, `?7` created at, `?8` expires at, `?9` request.
+pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
+     (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, \
+      recovery_point, created_at, expires_at, request) \
+     VALUES (?1, ?2, ?3, ?4, ?5, 'in_flight', ?6, NULL, ?7, ?8, ?9) \
+     ON CONFLICT (scope, key) DO NOTHING";
+
+/// The claim of an existing key that [`oncely_core::decide`] granted (takeover, released, or past
+/// the replay window), conditional on the token that was read. `?1` fingerprint version, `?2`
+/// digest, `?3` new token, `?4` lease expiry, `?5` recovery point, `?6` created at, `?7` expires
+/// at, `?8` request, `?9` scope, `?10` key, `?11` the token read.
+pub(crate) const UPDATE_CLAIM: &str = "UPDATE oncely_idempotency_keys SET \
+     fingerprint_version = ?1, fingerprint = ?2, token = ?3, state = 'in_flight', \
+     lease_expires_at = ?4, recovery_point = ?5, response_status = NULL, \
+     response_headers = NULL, response_body = NULL, response_body_retained = NULL, \
+     completed_at = NULL, created_at = ?6, expires_at = ?7, request = ?8 \
+     WHERE scope = ?9 AND key = ?10 AND token = ?11";
+
+/// Renew a lease. `?1` lease expiry, `?2` scope, `?3` key, `?4` token.
+pub(crate) const RENEW: &str = "UPDATE oncely_idempotency_keys SET lease_expires_at = ?1 \
+     WHERE scope = ?2 AND key = ?3 AND token = ?4 AND state = 'in_flight'";
+
+/// Record a recovery point and renew the lease. `?1` recovery point, `?2` lease expiry, `?3`
+/// scope, `?4` key, `?5` token.
+pub(crate) const CHECKPOINT: &str = "UPDATE oncely_idempotency_keys \
+     SET recovery_point = ?1, lease_expires_at = ?2 \
+     WHERE scope = ?3 AND key = ?4 AND token = ?5 AND state = 'in_flight'";
+
+/// Store the response. `?1` status, `?2` headers, `?3` body, `?4` body retained (0/1), `?5`
+/// completed at, `?6` expires at, `?7` scope, `?8` key, `?9` token.
+pub(crate) const COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'complete', \
+     lease_expires_at = NULL, recovery_point = NULL, response_status = ?1, \
+     response_headers = ?2, response_body = ?3, response_body_retained = ?4, \
+     completed_at = ?5, expires_at = ?6 \
+     WHERE scope = ?7 AND key = ?8 AND token = ?9 AND state = 'in_flight'";
+
+/// Release the key (a tombstone that keeps the token). `?1` scope, `?2` key, `?3` token.
+pub(crate) const RELEASE: &str = "UPDATE oncely_idempotency_keys SET state = 'released', \
+     lease_expires_at = NULL, recovery_point = NULL \
+     WHERE scope = ?1 AND key = ?2 AND token = ?3 AND state = 'in_flight'";
+
+/// One bounded reaper batch, oldest expiry first, through the `expires_at` index; returns the
+/// deleted rows' states to count in-flight orphans. `?1` now, `?2` batch size.
+pub(crate) const REAP_BATCH: &str = "DELETE FROM oncely_idempotency_keys WHERE rowid IN \
+     (SELECT rowid FROM oncely_idempotency_keys WHERE expires_at <= ?1 \
+      ORDER BY expires_at LIMIT ?2) \
+     RETURNING state";
+
+/// Abandoned in-flight records, oldest lease first, through the partial index on in-flight
+/// leases. `?1` cutoff (now minus grace), `?2` limit.
+pub(crate) const LIST_ABANDONED: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND lease_expires_at <= ?1 \
+     ORDER BY lease_expires_at LIMIT ?2"
+);
+
+/// Starts a write transaction that takes SQLite's write lock at once (waiting up to the busy
+/// timeout), so no other writer can interleave between its reads and writes, and a deferred
+/// transaction's read-to-write upgrade (which fails at once with `SQLITE_BUSY_SNAPSHOT` in WAL
+/// mode) never happens.
+pub(crate) const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
+
+/// Marks the start of a phase's business writes (see [`crate::Phase`]).
+pub(crate) const SAVEPOINT_PHASE: &str = "SAVEPOINT oncely_phase";
+
+/// Ends the phase's savepoint inside the still-open transaction. Fails with "no such savepoint"
+/// when the transaction was ended behind the phase's back.
+pub(crate) const RELEASE_PHASE: &str = "RELEASE SAVEPOINT oncely_phase";
+
+/// Discards the phase's business writes, keeping the transaction (and its lease renewal) open.
+pub(crate) const ROLLBACK_TO_PHASE: &str = "ROLLBACK TO SAVEPOINT oncely_phase";
+
+/// Re-opens a transaction on a connection whose transaction SQLite already ended, so that sqlx's
+/// own bookkeeping (it believes one is open) and the connection agree again before it rolls back.
+pub(crate) const BEGIN_RESYNC: &str = "BEGIN";

@@ -1,0 +1,557 @@
+//! [`SqliteStore`]: connecting, migrating, and the [`KeyStore`] operations.
+
+use crate::error::map_sqlx;
+use crate::row::decode_record;
+use crate::sql;
+use async_trait::async_trait;
+use oncely_core::clock::duration_millis;
+use oncely_core::store::lease_millis;
+use oncely_core::{
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, KeyStore,
+    ReapReport, Record, RecordKey, StoreError, StoredRequest, StoredResponse, SystemClock,
+    UnixMillis, decide,
+};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a statement waits for SQLite's write lock before failing with `SQLITE_BUSY`
+/// (5 seconds; SQLite's `busy_timeout`). SQLite has one writer at a time: a claim waits here
+/// while another claim, or a [`Phase`](crate::Phase) holding its transaction, writes. When it
+/// runs out the operation fails with [`StoreError::Unavailable`] and the layer answers `503`.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an operation waits for a free pooled connection before failing with
+/// [`StoreError::Unavailable`] (10 seconds).
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The pool size [`SqliteStore::connect`] opens (8 connections).
+///
+/// Why 8 on a small (2-core) machine: the connections mostly wait, not compute. SQLite admits
+/// one writer at a time; in WAL mode readers (replays, `409` answers, the completer's list) go on
+/// in parallel with it, and a [`Phase`](crate::Phase) keeps its connection for the whole
+/// handler. A few spare connections keep those reads and heartbeats from queueing behind a slow
+/// phase; more would only add threads (sqlx runs one worker thread per SQLite connection) that
+/// contend for the same write lock.
+pub const MAX_CONNECTIONS: u32 = 8;
+
+/// How many times a claim re-runs its decision when its conditional write found the row
+/// changed. Inside `BEGIN IMMEDIATE` that cannot happen; the bound only guards the loop.
+const MAX_CLAIM_ATTEMPTS: usize = 8;
+
+/// The table sqlx records this crate's applied migrations in. Separate from sqlx's default
+/// `_sqlx_migrations`, so that an application running its own sqlx migrations on the same
+/// database file neither sees ours as "missing" nor collides with our version numbers.
+const MIGRATIONS_TABLE: &str = "_oncely_sqlite_migrations";
+
+/// How many times [`SqliteStore::migrate`] retries when several processes (or pools) migrate a
+/// fresh file at the same moment and one of them loses the race.
+const MIGRATE_ATTEMPTS: u32 = 5;
+
+/// Errors particular to the SQLite store, carried inside [`StoreError::Unavailable`] (downcast
+/// the source to inspect them).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqliteStoreError {
+    /// The connection URL could not be parsed.
+    #[error("invalid SQLite URL {url:?}: {source}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// Why sqlx rejected it.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A phase's transaction ended before the phase did: the handler ran `COMMIT` or
+    /// `ROLLBACK` itself, or SQLite rolled the transaction back after an error (`SQLITE_FULL`,
+    /// `SQLITE_IOERR`, ...). Nothing of the phase is recorded in the key store; the claim stays
+    /// in flight until its lease lapses.
+    #[error(
+        "the phase's transaction ended outside the phase (an explicit COMMIT or ROLLBACK, or \
+         SQLite rolled it back after an error); nothing was recorded"
+    )]
+    PhaseTransactionLost,
+    /// A claim kept finding the row changed under its conditional write.
+    #[error("the claim found the record changing under it {0} times in a row")]
+    ClaimContention(usize),
+}
+
+/// The SQLite [`KeyStore`]: Oncely's embedded default.
+///
+/// One table, `oncely_idempotency_keys`, with `PRIMARY KEY (scope, key)`; its schema ships in the
+/// crate's `migrations/` and is applied by [`SqliteStore::migrate`] (which
+/// [`SqliteStore::connect`] runs for you).
+///
+/// # How each operation is made atomic
+///
+/// - **claim**: first a plain read; if [`decide`] answers without writing (in flight, replay,
+///   mismatch) that answer is returned: it is a consistent snapshot and writes nothing. Otherwise
+///   one `BEGIN IMMEDIATE` transaction (it takes SQLite's write lock first, so nothing can
+///   interleave) runs `INSERT ... ON CONFLICT (scope, key) DO NOTHING`: one row inserted means
+///   the primary key granted this caller the key ([`ClaimKind::New`], token 1). Zero rows means
+///   the record exists: it is read again and [`decide`] runs on it (comparing fingerprints on
+///   this path too, case S3); a granted claim is one `UPDATE ... WHERE scope AND key AND
+///   token = <the token read>`. Losing the insert race is never an error (case S11).
+/// - **renew, checkpoint, complete, release**: one conditional `UPDATE ... WHERE scope AND key
+///   AND token = ? AND state = 'in_flight'`; zero rows is [`StoreError::Fenced`].
+/// - **reap**: one `DELETE ... WHERE rowid IN (SELECT ... ORDER BY expires_at LIMIT batch)`
+///   per call, so the write lock is held for one bounded batch at a time.
+///
+/// Every "now" comes from the store's [`Clock`] (default [`SystemClock`]), never from SQLite's
+/// own time functions, and is stored as integer epoch milliseconds.
+///
+/// # Durability
+///
+/// [`SqliteStore::connect`] opens the file in WAL mode with `synchronous = NORMAL`. In WAL mode
+/// that is safe against a crash of the *process* (a committed claim or response survives a
+/// `SIGKILL`); a power loss or OS crash can lose the last transactions before a checkpoint, never
+/// corrupt the file. Use `synchronous = FULL` through [`SqliteStore::from_pool`] if a machine
+/// crash must not lose a committed record.
+///
+/// # Errors
+///
+/// `SQLITE_BUSY` after [`BUSY_TIMEOUT`], a pool timeout after [`ACQUIRE_TIMEOUT`], I/O errors
+/// and a closed pool are [`StoreError::Unavailable`]; a row that does not decode is
+/// [`StoreError::Corrupt`]. Nothing panics on stored data.
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("filename", &self.pool.connect_options().get_filename())
+            .field("pool_size", &self.pool.size())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parses a store URL or path into connect options with the store's settings: WAL journal,
+/// `synchronous = NORMAL`, a [`BUSY_TIMEOUT`] busy timeout, and the file created if missing
+/// (unless the URL sets its own `mode=`).
+///
+/// Accepted forms: `sqlite://path/to/file.db` (with optional `?mode=rwc` and sqlx's other URL
+/// parameters), `sqlite:path`, `sqlite::memory:` (a private in-memory database), or a plain
+/// filesystem path such as `data/oncely.db` (taken verbatim, `?` and all).
+///
+/// # Errors
+///
+/// [`StoreError::Unavailable`] wrapping [`SqliteStoreError::InvalidUrl`] when sqlx rejects a
+/// `sqlite:` URL.
+pub fn connect_options(url: &str) -> Result<SqliteConnectOptions, StoreError> {
+    let options = if url.starts_with("sqlite:") {
+        SqliteConnectOptions::from_str(url).map_err(|source| {
+            StoreError::unavailable(SqliteStoreError::InvalidUrl {
+                url: url.to_owned(),
+                source,
+            })
+        })?
+    } else {
+        SqliteConnectOptions::new().filename(url)
+    };
+    let options = if url.contains("mode=") {
+        options
+    } else {
+        options.create_if_missing(true)
+    };
+    Ok(options
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(BUSY_TIMEOUT))
+}
+
+/// Whether a URL names an in-memory database (which lives only while a connection is open).
+fn is_in_memory(url: &str) -> bool {
+    url.starts_with("sqlite:") && (url.contains(":memory:") || url.contains("mode=memory"))
+}
+
+impl SqliteStore {
+    /// Opens (creating it if missing) the database at `url`, runs the crate's migrations, and
+    /// uses the system clock.
+    ///
+    /// `url` is any form [`connect_options`] accepts: `sqlite://oncely.db?mode=rwc`,
+    /// `sqlite::memory:`, or a plain path. The pool holds up to [`MAX_CONNECTIONS`] connections
+    /// and waits up to [`ACQUIRE_TIMEOUT`] for one; each connection waits up to
+    /// [`BUSY_TIMEOUT`] for the write lock. An in-memory database keeps one connection open for
+    /// the store's lifetime (the data vanishes with the last connection) and shares its cache
+    /// between the pool's connections.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the URL is invalid, the file cannot be opened or created,
+    /// or the migrations fail.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = connect_options(url)?;
+        let memory = is_in_memory(url);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .min_connections(u32::from(memory))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .idle_timeout(if memory {
+                None
+            } else {
+                Some(Duration::from_secs(600))
+            })
+            .max_lifetime(if memory {
+                None
+            } else {
+                Some(Duration::from_secs(1800))
+            })
+            .connect_with(options)
+            .await
+            .map_err(map_sqlx)?;
+        let store = Self::from_pool(pool, Arc::new(SystemClock));
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Wraps an existing pool (for an application that configures its own, e.g. with
+    /// `synchronous = FULL`). Does **not** run migrations: call [`SqliteStore::migrate`].
+    ///
+    /// The pool's connections should set a busy timeout (a zero timeout turns every write
+    /// contention into [`StoreError::Unavailable`]) and, for concurrent readers, WAL mode; see
+    /// [`connect_options`].
+    pub fn from_pool(pool: SqlitePool, clock: Arc<dyn Clock>) -> Self {
+        Self { pool, clock }
+    }
+
+    /// Replaces the clock every "now" is read from (tests pass a
+    /// [`ManualClock`](oncely_core::ManualClock)).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The connection pool, for the application's own business tables (and for
+    /// [`Phase`](crate::Phase)s' transactions).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The clock the store reads "now" from.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Runs the crate's migrations (the `oncely_idempotency_keys` table and its indexes).
+    /// Idempotent; safe to call from several processes at once on a fresh file (a process that
+    /// loses the race retries and then finds the migration applied).
+    ///
+    /// Applied migrations are tracked in their own table, `_oncely_sqlite_migrations`, so the
+    /// application's own sqlx migrations (in `_sqlx_migrations`) are unaffected.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the migrations cannot be applied.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let mut migrator = sqlx::migrate!();
+        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        let mut attempt = 1;
+        loop {
+            match migrator.run(&self.pool).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < MIGRATE_ATTEMPTS => {
+                    tracing::debug!(error = %e, attempt, "oncely-sqlite: migration raced, retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(StoreError::unavailable(e)),
+            }
+        }
+    }
+
+    /// Answers from a plain read when [`decide`] needs no write; `None` when it would claim.
+    async fn answer_from_snapshot(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        let row = sqlx::query(sql::SELECT_ONE)
+            .bind(req.id.scope.as_str())
+            .bind(req.id.key.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        let Some(row) = row else { return Ok(None) };
+        let existing = decode_record(&row)?;
+        match decide(Some(&existing), req, self.clock.now_millis()) {
+            Decision::Answer(answer) => Ok(Some(answer)),
+            Decision::Claim { .. } => Ok(None),
+        }
+    }
+
+    /// The claim under SQLite's write lock; `None` when the conditional write found the row
+    /// changed (cannot happen inside `BEGIN IMMEDIATE`; the caller loops).
+    async fn claim_locked(&self, req: &ClaimRequest) -> Result<Option<ClaimOutcome>, StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with(sql::BEGIN_IMMEDIATE)
+            .await
+            .map_err(map_sqlx)?;
+        // "now" is read after the lock is held, so the decision uses the time it takes effect.
+        let now = self.clock.now_millis();
+        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
+        let expires_at = now.saturating_add(duration_millis(req.retention));
+        let request = req.request.as_ref().map(StoredRequest::encode);
+        let scope = req.id.scope.as_str();
+        let key = req.id.key.as_str();
+        let fp_version = i64::from(req.fingerprint.version());
+        let fp_digest: &[u8] = req.fingerprint.digest();
+
+        let first = FencingToken(1);
+        let inserted = sqlx::query(sql::INSERT_CLAIM)
+            .bind(scope)
+            .bind(key)
+            .bind(fp_version)
+            .bind(fp_digest)
+            .bind(first.0)
+            .bind(lease_expires_at)
+            .bind(now)
+            .bind(expires_at)
+            .bind(request.as_deref())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?
+            .rows_affected();
+        if inserted == 1 {
+            tx.commit().await.map_err(map_sqlx)?;
+            return Ok(Some(ClaimOutcome::Claimed(Claim {
+                token: first,
+                lease_expires_at,
+                recovery_point: None,
+                kind: ClaimKind::New,
+            })));
+        }
+
+        // The primary key said the record exists: the normal "record exists" path.
+        let Some(row) = sqlx::query(sql::SELECT_ONE)
+            .bind(scope)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_sqlx)?
+        else {
+            return Ok(None);
+        };
+        let existing = decode_record(&row)?;
+        match decide(Some(&existing), req, now) {
+            // Nothing to write; dropping `tx` rolls the empty transaction back.
+            Decision::Answer(answer) => Ok(Some(answer)),
+            Decision::Claim {
+                token,
+                kind,
+                recovery_point,
+            } => {
+                // A takeover resumes the same request: it keeps the original claim time and the
+                // request that made the claim (the memory store's rule).
+                let (created_at, request) = match kind {
+                    ClaimKind::Takeover => (
+                        existing.created_at,
+                        existing
+                            .request
+                            .as_ref()
+                            .map(StoredRequest::encode)
+                            .or(request),
+                    ),
+                    ClaimKind::New | ClaimKind::AfterReplayWindow => (now, request),
+                };
+                let updated = sqlx::query(sql::UPDATE_CLAIM)
+                    .bind(fp_version)
+                    .bind(fp_digest)
+                    .bind(token.0)
+                    .bind(lease_expires_at)
+                    .bind(recovery_point.as_deref())
+                    .bind(created_at)
+                    .bind(expires_at)
+                    .bind(request.as_deref())
+                    .bind(scope)
+                    .bind(key)
+                    .bind(existing.token.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_sqlx)?
+                    .rows_affected();
+                if updated != 1 {
+                    return Ok(None);
+                }
+                tx.commit().await.map_err(map_sqlx)?;
+                Ok(Some(ClaimOutcome::Claimed(Claim {
+                    token,
+                    lease_expires_at,
+                    recovery_point,
+                    kind,
+                })))
+            }
+        }
+    }
+
+    /// Runs one conditional owner write; zero rows is [`StoreError::Fenced`].
+    async fn owner_write(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    ) -> Result<(), StoreError> {
+        let rows = query
+            .execute(&self.pool)
+            .await
+            .map_err(map_sqlx)?
+            .rows_affected();
+        if rows == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced)
+        }
+    }
+}
+
+#[async_trait]
+impl KeyStore for SqliteStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        for _ in 0..MAX_CLAIM_ATTEMPTS {
+            if let Some(answer) = self.answer_from_snapshot(&req).await? {
+                return Ok(answer);
+            }
+            if let Some(outcome) = self.claim_locked(&req).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(StoreError::unavailable(SqliteStoreError::ClaimContention(
+            MAX_CLAIM_ATTEMPTS,
+        )))
+    }
+
+    async fn renew(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<UnixMillis, StoreError> {
+        let until = self
+            .clock
+            .now_millis()
+            .saturating_add(lease_millis(lease));
+        self.owner_write(
+            sqlx::query(sql::RENEW)
+                .bind(until)
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .bind(token.0),
+        )
+        .await?;
+        Ok(until)
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let until = self
+            .clock
+            .now_millis()
+            .saturating_add(lease_millis(lease));
+        self.owner_write(
+            sqlx::query(sql::CHECKPOINT)
+                .bind(recovery_point)
+                .bind(until)
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .bind(token.0),
+        )
+        .await
+    }
+
+    async fn complete(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        response: StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now_millis();
+        let headers = response.encode_headers();
+        self.owner_write(
+            sqlx::query(sql::COMPLETE)
+                .bind(i64::from(response.status))
+                .bind(headers)
+                .bind(response.body)
+                .bind(i64::from(response.body_retained))
+                .bind(now)
+                .bind(now.saturating_add(duration_millis(retention)))
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .bind(token.0),
+        )
+        .await
+    }
+
+    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
+        self.owner_write(
+            sqlx::query(sql::RELEASE)
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .bind(token.0),
+        )
+        .await
+    }
+
+    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
+        sqlx::query(sql::SELECT_ONE)
+            .bind(id.scope.as_str())
+            .bind(id.key.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_sqlx)?
+            .as_ref()
+            .map(decode_record)
+            .transpose()
+    }
+
+    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
+        use sqlx::Row;
+        let now = self.clock.now_millis();
+        let limit = i64::try_from(batch).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sql::REAP_BATCH)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        let mut report = ReapReport::default();
+        for row in rows {
+            report.deleted += 1;
+            let state: String = row.try_get("state").map_err(map_sqlx)?;
+            if state == "in_flight" {
+                report.orphaned += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn list_abandoned(
+        &self,
+        grace: Duration,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let cutoff = self
+            .clock
+            .now_millis()
+            .saturating_sub(duration_millis(grace));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        sqlx::query(sql::LIST_ABANDONED)
+            .bind(cutoff)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_sqlx)?
+            .iter()
+            .map(decode_record)
+            .collect()
+    }
+}

@@ -1,0 +1,9 @@
+//! The shared backend conformance suite, on a fresh temporary SQLite file per scenario.
+
+mod common;
+
+async fn make(clock: oncely_core::ManualClock) -> Option<common::TempStore> {
+    Some(common::TempStore::open(clock).await)
+}
+
+oncely_core::conformance_tests!(make);
