@@ -1,0 +1,777 @@
+//! The layer's behaviour through an axum `Router`, on the real `MemoryStore` (and on store
+//! wrappers for the failure cases), one request at a time with `oneshot`.
+
+mod common;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Extension, Router};
+use bytes::Bytes;
+use common::*;
+use http::StatusCode;
+use http_body::Frame;
+use oncely_core::{
+    Claim, ClaimKind, ClaimOutcome, FencingToken, IdempotencyKey, KeyStore, MemoryStore, Policy,
+    RecordKey, RecordState, Scope, StatusProfile, StoredResponse,
+};
+use oncely_tower::{HandlerOutcome, IdempotencyContext, IdempotencyLayer, stored_response};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A handler that counts its calls and echoes the scope, the body and the call number, with a
+/// multi-valued header and a cookie.
+fn counting_routes(calls: Arc<AtomicUsize>) -> Router {
+    Router::new().route(
+        "/v1/orders",
+        post(move |ctx: IdempotencyContext, body: String| {
+            let calls = Arc::clone(&calls);
+            async move {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                let mut res = (
+                    StatusCode::CREATED,
+                    format!(
+                        r#"{{"scope":"{}","request":{},"call":{n}}}"#,
+                        ctx.id.scope, body
+                    ),
+                )
+                    .into_response();
+                let h = res.headers_mut();
+                h.insert("content-type", "application/json".parse().unwrap());
+                h.append("x-multi", "first".parse().unwrap());
+                h.append("set-cookie", "session=secret".parse().unwrap());
+                h.append("x-multi", "second".parse().unwrap());
+                h.insert("location", format!("/v1/orders/{n}").parse().unwrap());
+                res
+            }
+        }),
+    )
+}
+
+fn setup() -> (Router, Arc<AtomicUsize>, Arc<MemoryStore>, IdempotencyLayer) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(MemoryStore::new());
+    let layer = IdempotencyLayer::new(store.clone());
+    let app = app(layer.clone(), counting_routes(calls.clone()));
+    (app, calls, store, layer)
+}
+
+#[tokio::test]
+async fn first_request_runs_and_the_retry_replays_it_verbatim() {
+    let (app, calls, _, layer) = setup();
+    let first = send(&app, post_req("/v1/orders", "acct_a", Some("k1"), r#"{"sku":"A"}"#)).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(!first.replayed());
+    // The first caller gets the original response whole, cookie included.
+    assert_eq!(first.headers["set-cookie"], "session=secret");
+
+    let retry = send(&app, post_req("/v1/orders", "acct_a", Some("k1"), r#"{"sku":"A"}"#)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert_eq!(retry.body, first.body, "byte-identical body");
+    assert_eq!(
+        &retry.body[..],
+        br#"{"scope":"acct_a","request":{"sku":"A"},"call":1}"#
+    );
+    assert!(retry.replayed());
+    let multi: Vec<_> = retry.headers.get_all("x-multi").iter().collect();
+    assert_eq!(multi, vec!["first", "second"], "multi-valued, in order");
+    assert_eq!(retry.headers["location"], "/v1/orders/1");
+    assert_eq!(retry.headers["content-type"], "application/json");
+    assert!(retry.headers.get("set-cookie").is_none(), "never replay a cookie");
+
+    let m = layer.metrics().snapshot();
+    assert_eq!((m.claims, m.replays, m.store_errors), (1, 1, 0));
+}
+
+#[tokio::test]
+async fn same_key_different_body_is_422_and_never_the_stored_body() {
+    // Case S3.
+    let (app, calls, _, layer) = setup();
+    let body1 = r#"{"ref":"X","accounts":[{"id":"12345"}]}"#;
+    let body2 = r#"{"ref":"X","accounts":[{"id":"54321"}]}"#;
+    let first = send(&app, post_req("/v1/orders", "acct_a", Some("k"), body1)).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let other = send(&app, post_req("/v1/orders", "acct_a", Some("k"), body2)).await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(other.code(), "idempotency_key_mismatch");
+    assert_eq!(other.json()["retryable"], false);
+    assert!(other.headers.get("retry-after").is_none());
+    assert!(!String::from_utf8_lossy(&other.body).contains("12345"));
+    // A different query string is a different request too.
+    let q = send(&app, post_req("/v1/orders?dry_run=1", "acct_a", Some("k"), body1)).await;
+    assert_eq!(q.code(), "idempotency_key_mismatch");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(layer.metrics().snapshot().mismatches, 2);
+}
+
+#[tokio::test]
+async fn reordered_and_reformatted_json_replays() {
+    // Case S4: JSON is compared canonically (RFC 8785); arrays stay order-sensitive.
+    let (app, calls, _, _) = setup();
+    let first = send(&app, post_req("/v1/orders", "acct_a", Some("k"), r#"{"a":1,"b":[1,2]}"#)).await;
+    let retry = send(
+        &app,
+        post_req("/v1/orders", "acct_a", Some("k"), "{ \"b\": [1, 2],\n  \"a\": 1 }"),
+    )
+    .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(retry.replayed());
+    assert_eq!(retry.body, first.body);
+    let arrays = send(&app, post_req("/v1/orders", "acct_a", Some("k"), r#"{"a":1,"b":[2,1]}"#)).await;
+    assert_eq!(arrays.code(), "idempotency_key_mismatch");
+}
+
+#[tokio::test]
+async fn same_key_in_two_scopes_runs_twice_independently() {
+    // Case S9.
+    let (app, calls, _, _) = setup();
+    let a = send(&app, post_req("/v1/orders", "tenant_a", Some("chat:123:1"), r#"{"who":"A"}"#)).await;
+    let b = send(&app, post_req("/v1/orders", "tenant_b", Some("chat:123:1"), r#"{"who":"B"}"#)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "two independent executions");
+    assert_eq!((a.status, b.status), (StatusCode::CREATED, StatusCode::CREATED));
+    assert!(!b.replayed());
+    assert_eq!(
+        &b.body[..],
+        br#"{"scope":"tenant_b","request":{"who":"B"},"call":2}"#
+    );
+    assert!(!String::from_utf8_lossy(&b.body).contains("tenant_a"));
+    // Each scope replays its own response.
+    let a2 = send(&app, post_req("/v1/orders", "tenant_a", Some("chat:123:1"), r#"{"who":"A"}"#)).await;
+    let b2 = send(&app, post_req("/v1/orders", "tenant_b", Some("chat:123:1"), r#"{"who":"B"}"#)).await;
+    assert_eq!((a2.body.clone(), b2.body.clone()), (a.body, b.body));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn missing_and_malformed_keys_are_400_and_nothing_runs() {
+    let (app, calls, _, layer) = setup();
+    let missing = send(&app, post_req("/v1/orders", "acct_a", None, "{}")).await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert_eq!(missing.code(), "idempotency_key_missing");
+    assert_eq!(missing.json()["retryable"], false);
+
+    let mut repeated = post_req("/v1/orders", "acct_a", Some("k1"), "{}");
+    repeated
+        .headers_mut()
+        .append("idempotency-key", "k1".parse().unwrap());
+    let long = "k".repeat(256);
+    let mut non_ascii = post_req("/v1/orders", "acct_a", None, "{}");
+    non_ascii.headers_mut().insert(
+        "idempotency-key",
+        http::HeaderValue::from_bytes("caf\u{e9}".as_bytes()).unwrap(),
+    );
+    for req in [
+        repeated,
+        post_req("/v1/orders", "acct_a", Some(""), "{}"),
+        post_req("/v1/orders", "acct_a", Some(&long), "{}"),
+        post_req("/v1/orders", "acct_a", Some("a b"), "{}"),
+        post_req("/v1/orders", "acct_a", Some("\"unbalanced"), "{}"),
+        non_ascii,
+    ] {
+        let got = send(&app, req).await;
+        assert_eq!(got.status, StatusCode::BAD_REQUEST);
+        assert_eq!(got.code(), "idempotency_key_invalid");
+    }
+    // The quoted structured-field form is accepted and unquoted: "k2" and k2 are one key.
+    let quoted = send(&app, post_req("/v1/orders", "acct_a", Some("\"k2\""), "{}")).await;
+    let bare = send(&app, post_req("/v1/orders", "acct_a", Some("k2"), "{}")).await;
+    assert_eq!(quoted.status, StatusCode::CREATED);
+    assert!(bare.replayed());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let m = layer.metrics().snapshot();
+    assert_eq!((m.key_missing, m.key_invalid), (1, 6));
+}
+
+#[tokio::test]
+async fn every_status_profile_maps_the_codes() {
+    for (profile, mismatch) in [
+        (StatusProfile::Ietf, 422),
+        (StatusProfile::Stripe, 400),
+        (StatusProfile::Resend, 409),
+    ] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).with_policy(Policy {
+            profile,
+            ..Policy::default()
+        });
+        let app = app(layer, counting_routes(calls));
+        send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"n":1}"#)).await;
+        let m = send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"n":2}"#)).await;
+        assert_eq!(m.status.as_u16(), mismatch, "{profile:?}");
+        assert_eq!(m.code(), "idempotency_key_mismatch");
+        let missing = send(&app, post_req("/v1/orders", "a", None, "{}")).await;
+        assert_eq!(missing.status.as_u16(), 400);
+        assert_eq!(missing.code(), "idempotency_key_missing");
+        let noscope = send(
+            &app,
+            http::Request::post("/v1/orders")
+                .header("idempotency-key", "k")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(noscope.status.as_u16(), 401);
+        assert_eq!(noscope.code(), "idempotency_scope_missing");
+
+        let failing = IdempotencyLayer::new(Arc::new(FaultStore::new(
+            MemoryStore::new(),
+            Fault::FailAll,
+        )))
+        .with_policy(Policy {
+            profile,
+            ..Policy::default()
+        });
+        let down = app_with(failing);
+        let got = send(&down, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+        assert_eq!(got.status.as_u16(), 503);
+        assert_eq!(got.code(), "idempotency_store_unavailable");
+    }
+}
+
+fn app_with(layer: IdempotencyLayer) -> Router {
+    app(layer, counting_routes(Arc::new(AtomicUsize::new(0))))
+}
+
+#[tokio::test]
+async fn safe_methods_pass_through_untouched_and_optional_keys_are_optional() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c1 = calls.clone();
+    let c2 = calls.clone();
+    let routes = Router::new()
+        .route(
+            "/v1/things",
+            get(move |ctx: Option<IdempotencyContext>| {
+                let c = c1.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    format!("get claimed={}", ctx.is_some())
+                }
+            }),
+        )
+        .route(
+            "/v1/things/1",
+            put(move |ctx: Option<IdempotencyContext>| {
+                let c = c2.clone();
+                async move {
+                    let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+                    format!("put claimed={} call={n}", ctx.is_some())
+                }
+            }),
+        );
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
+    let metrics = layer.metrics();
+    let app = app(layer, routes);
+    let get_req = |key: Option<&str>| {
+        let mut b = http::Request::get("/v1/things").header("x-account", "a");
+        if let Some(k) = key {
+            b = b.header("idempotency-key", k);
+        }
+        b.body(Body::empty()).unwrap()
+    };
+    // GET ignores keys, even malformed or repeated ones, and even without a scope.
+    for _ in 0..2 {
+        let g = send(&app, get_req(Some("k"))).await;
+        assert_eq!(&g.body[..], b"get claimed=false");
+        assert!(!g.replayed());
+    }
+    let g = send(&app, get_req(Some(""))).await;
+    assert_eq!(g.status, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+    let put_req = |key: Option<&str>| {
+        let mut b = http::Request::put("/v1/things/1").header("x-account", "a");
+        if let Some(k) = key {
+            b = b.header("idempotency-key", k);
+        }
+        b.body(Body::empty()).unwrap()
+    };
+    let p1 = send(&app, put_req(None)).await;
+    let p2 = send(&app, put_req(None)).await;
+    assert_eq!(&p1.body[..], b"put claimed=false call=4");
+    assert_eq!(&p2.body[..], b"put claimed=false call=5");
+    let p3 = send(&app, put_req(Some("pk"))).await;
+    let p4 = send(&app, put_req(Some("pk"))).await;
+    assert_eq!(&p3.body[..], b"put claimed=true call=6");
+    assert!(p4.replayed());
+    assert_eq!(p4.body, p3.body);
+    assert_eq!(calls.load(Ordering::SeqCst), 6);
+    assert_eq!(metrics.snapshot().claims, 1);
+}
+
+#[tokio::test]
+async fn oversized_request_bodies_are_413_and_nothing_runs() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).with_policy(Policy {
+        max_request_bytes: 16,
+        ..Policy::default()
+    });
+    let metrics = layer.metrics();
+    let app = app(layer, counting_routes(calls.clone()));
+    // Declared length.
+    let got = send(&app, post_req("/v1/orders", "a", Some("k"), &"x".repeat(17))).await;
+    assert_eq!(got.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(got.code(), "idempotency_request_too_large");
+    // A stream with no declared length.
+    let chunks = futures::stream::iter(
+        ["0123456789", "0123456789"].map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c.as_bytes()))),
+    );
+    let req = http::Request::post("/v1/orders")
+        .header("x-account", "a")
+        .header("idempotency-key", "k")
+        .body(Body::from_stream(chunks))
+        .unwrap();
+    let got = send(&app, req).await;
+    assert_eq!(got.code(), "idempotency_request_too_large");
+    // Exactly at the limit is fine.
+    let ok = send(&app, post_req("/v1/orders", "a", Some("k"), &"1".repeat(16))).await;
+    assert_eq!(ok.status, StatusCode::CREATED);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(metrics.snapshot().claims, 1);
+}
+
+#[tokio::test]
+async fn credentials_never_enter_the_fingerprint_but_configured_headers_do() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(MemoryStore::new());
+    let layer = IdempotencyLayer::new(store.clone()).with_fingerprint_headers(vec![
+        http::HeaderName::from_static("x-api-version"),
+        http::header::AUTHORIZATION, // ignored: credentials never take part
+    ]);
+    let app = app(layer, counting_routes(calls.clone()));
+    let req = |auth: &str, version: &str| {
+        let mut r = post_req("/v1/orders?expand=items", "a", Some("k"), r#"{"x":1}"#);
+        r.headers_mut().insert("authorization", auth.parse().unwrap());
+        r.headers_mut().insert("x-api-version", version.parse().unwrap());
+        r
+    };
+    send(&app, req("Bearer old", "2024-01-01")).await;
+    // A rotated credential is the same request.
+    let rotated = send(&app, req("Bearer new", "2024-01-01")).await;
+    assert!(rotated.replayed());
+    // A different configured header is not.
+    let other = send(&app, req("Bearer new", "2025-01-01")).await;
+    assert_eq!(other.code(), "idempotency_key_mismatch");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // The stored request, for the completer: never the credential.
+    let rec = store
+        .get(&RecordKey::new(Scope::new("a"), IdempotencyKey::new("k").unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
+    let stored = rec.request.unwrap();
+    assert_eq!(stored.method, "POST");
+    assert_eq!(stored.uri, "/v1/orders?expand=items");
+    assert_eq!(stored.body, br#"{"x":1}"#.to_vec());
+    assert_eq!(
+        stored.headers,
+        vec![
+            ("content-type".to_owned(), b"application/json".to_vec()),
+            ("x-api-version".to_owned(), b"2024-01-01".to_vec()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn not_executed_is_returned_unstored_and_releases_the_key() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let routes = Router::new().route(
+        "/v1/orders",
+        post(move |body: String| {
+            let c = c.clone();
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                if body.contains("invalid") {
+                    (
+                        StatusCode::BAD_REQUEST,
+                        Extension(HandlerOutcome::NotExecuted),
+                        "fix the amount",
+                    )
+                        .into_response()
+                } else {
+                    (StatusCode::CREATED, "created").into_response()
+                }
+            }
+        }),
+    );
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
+    let metrics = layer.metrics();
+    let app = app(layer, routes);
+    let bad = send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"amount":"invalid"}"#)).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(&bad.body[..], b"fix the amount");
+    // The corrected request, same key, executes (no mismatch: nothing was stored).
+    let good = send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"amount":100}"#)).await;
+    assert_eq!(good.status, StatusCode::CREATED);
+    assert!(!good.replayed());
+    let again = send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"amount":100}"#)).await;
+    assert!(again.replayed());
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let m = metrics.snapshot();
+    assert_eq!((m.claims, m.released, m.replays), (2, 1, 1));
+}
+
+#[tokio::test]
+async fn already_stored_makes_the_layer_write_nothing() {
+    // Transactional mode: the handler completes the record itself (here on the memory store,
+    // standing in for its own transaction) with the layer's header filtering.
+    let routes = Router::new().route(
+        "/v1/orders",
+        post(|ctx: IdempotencyContext| async move {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("x-stored-by", "handler".parse().unwrap());
+            let stored = stored_response(StatusCode::ACCEPTED, &headers, b"stored by handler");
+            ctx.store
+                .complete(&ctx.id, ctx.token, stored, ctx.retention)
+                .await
+                .unwrap();
+            (
+                StatusCode::ACCEPTED,
+                headers,
+                Extension(HandlerOutcome::AlreadyStored),
+                "stored by handler",
+            )
+        }),
+    );
+    let store = Arc::new(FaultStore::new(MemoryStore::new(), Fault::None));
+    let layer = IdempotencyLayer::new(store.clone());
+    let app = app(layer, routes);
+    let first = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED);
+    let replay = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert!(replay.replayed());
+    assert_eq!(&replay.body[..], b"stored by handler");
+    assert_eq!(replay.headers["x-stored-by"], "handler");
+}
+
+#[tokio::test]
+async fn store_policy_releases_retry_later_statuses_and_stores_5xx() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let routes = Router::new().route(
+        "/v1/orders",
+        post(move |body: String| {
+            let c = c.clone();
+            async move {
+                let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+                let status = if body.contains("throttle") {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                };
+                (status, format!("call {n}"))
+            }
+        }),
+    );
+    let app = app(IdempotencyLayer::new(Arc::new(MemoryStore::new())), routes);
+    let t1 = send(&app, post_req("/v1/orders", "a", Some("t"), r#""throttle""#)).await;
+    let t2 = send(&app, post_req("/v1/orders", "a", Some("t"), r#""throttle""#)).await;
+    assert_eq!((&t1.body[..], &t2.body[..]), (&b"call 1"[..], &b"call 2"[..]));
+    assert!(!t2.replayed(), "429 released the key");
+    let e1 = send(&app, post_req("/v1/orders", "a", Some("e"), r#""boom""#)).await;
+    let e2 = send(&app, post_req("/v1/orders", "a", Some("e"), r#""boom""#)).await;
+    assert_eq!(e1.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(e2.replayed(), "a non-transactional 500 may have had effects: replayed");
+    assert_eq!(e2.body, e1.body);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_failing_store_fails_closed_with_503_and_the_handler_never_runs() {
+    // Case S7.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(Arc::new(FaultStore::new(
+        MemoryStore::new(),
+        Fault::FailAll,
+    )));
+    let metrics = layer.metrics();
+    let app = app(layer, counting_routes(calls.clone()));
+    for _ in 0..3 {
+        let got = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+        assert_eq!(got.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(got.code(), "idempotency_store_unavailable");
+        assert_eq!(got.json()["retryable"], true);
+        assert_eq!(got.headers["retry-after"], "1");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(metrics.snapshot().store_errors, 3);
+}
+
+#[tokio::test]
+async fn a_store_that_fails_after_the_claim_still_returns_the_response() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(FaultStore::new(MemoryStore::new(), Fault::FailComplete));
+    let layer = IdempotencyLayer::new(store.clone());
+    let app = app(layer, counting_routes(calls.clone()));
+    let got = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert_eq!(got.status, StatusCode::CREATED, "the side effect happened");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // The key stays in flight until its lease lapses: a retry now is a 409.
+    let retry = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert_eq!(retry.code(), "idempotency_request_in_flight");
+    let rec = store
+        .inner
+        .get(&RecordKey::new(Scope::new("a"), IdempotencyKey::new("k").unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.state_name(), "in_flight");
+}
+
+/// A handler streaming `chunks` as separate frames.
+fn streaming_routes(calls: Arc<AtomicUsize>, chunks: &'static [&'static [u8]]) -> Router {
+    Router::new().route(
+        "/v1/exports",
+        post(move || {
+            let calls = calls.clone();
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let stream = futures::stream::iter(
+                    chunks
+                        .iter()
+                        .map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c))),
+                );
+                (
+                    [("content-type", "text/csv"), ("x-export", "1")],
+                    Body::from_stream(stream),
+                )
+                    .into_response()
+            }
+        }),
+    )
+}
+
+#[tokio::test]
+async fn streaming_response_over_the_cap_is_delivered_whole_then_not_retained() {
+    // Case S10: never an empty or partial body presented as the original.
+    const CHUNKS: &[&[u8]] = &[b"id,amount\n", b"1,100\n2,200\n", b"3,300\n"];
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(MemoryStore::new());
+    let layer = IdempotencyLayer::new(store.clone()).with_policy(Policy {
+        max_response_bytes: 16,
+        ..Policy::default()
+    });
+    let metrics = layer.metrics();
+    let app = app(layer, streaming_routes(calls.clone(), CHUNKS));
+    let first = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(&first.body[..], b"id,amount\n1,100\n2,200\n3,300\n", "every byte");
+
+    let replay = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "never re-executed");
+    assert_eq!(replay.status, StatusCode::CONFLICT);
+    assert_eq!(replay.code(), "idempotency_response_not_retained");
+    assert!(replay.replayed());
+    let v = replay.json();
+    assert_eq!(v["retryable"], false);
+    assert!(v["detail"].as_str().unwrap().contains("status 200"), "{v}");
+
+    // The record keeps status and headers, and says the body was not retained.
+    let rec = store
+        .get(&RecordKey::new(Scope::new("a"), IdempotencyKey::new("k").unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
+    let RecordState::Complete { response, .. } = rec.state else {
+        panic!("not complete")
+    };
+    assert_eq!(response.status, 200);
+    assert!(!response.body_retained);
+    assert!(response.body.is_empty());
+    assert!(response.headers.contains(&("x-export".to_owned(), b"1".to_vec())));
+    let m = metrics.snapshot();
+    assert_eq!((m.not_retained, m.replays), (1, 1));
+}
+
+#[tokio::test]
+async fn streaming_response_under_the_cap_replays_byte_identical() {
+    const CHUNKS: &[&[u8]] = &[b"id,amount\n", b"1,100\n2,200\n", b"3,300\n"];
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = app(
+        IdempotencyLayer::new(Arc::new(MemoryStore::new())),
+        streaming_routes(calls.clone(), CHUNKS),
+    );
+    let first = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
+    let replay = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(&replay.body[..], b"id,amount\n1,100\n2,200\n3,300\n");
+    assert_eq!(replay.body, first.body);
+    assert_eq!(replay.status, first.status);
+    assert_eq!(comparable_headers(&replay.headers), comparable_headers(&first.headers));
+    assert!(replay.replayed());
+}
+
+#[tokio::test]
+async fn a_body_exactly_at_the_cap_is_retained() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    const CHUNKS: &[&[u8]] = &[b"12345678", b"abcdefgh"];
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).with_policy(Policy {
+        max_response_bytes: 16,
+        ..Policy::default()
+    });
+    let app = app(layer, streaming_routes(calls, CHUNKS));
+    send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
+    let replay = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
+    assert_eq!(replay.status, StatusCode::OK);
+    assert_eq!(&replay.body[..], b"12345678abcdefgh");
+}
+
+#[tokio::test]
+async fn every_claim_outcome_is_mapped() {
+    // Case S11 is a store matter (a lost insert race is the "record exists" path); here the
+    // layer's side: each outcome a store can answer becomes the right response, never a 500.
+    async fn run(outcome: ClaimOutcome) -> (Got, usize, Vec<&'static str>, Option<(ClaimKind, Option<String>)>) {
+        let store = Arc::new(ScriptedStore::new(outcome));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let (c, s) = (calls.clone(), seen.clone());
+        let routes = Router::new().route(
+            "/v1/orders",
+            post(move |ctx: IdempotencyContext| {
+                let (c, s) = (c.clone(), s.clone());
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    *s.lock().unwrap() = Some((ctx.kind, ctx.recovery_point.clone()));
+                    (StatusCode::CREATED, "ran")
+                }
+            }),
+        );
+        let app = app(IdempotencyLayer::new(store.clone()), routes);
+        let got = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+        let seen = seen.lock().unwrap().clone();
+        (got, calls.load(Ordering::SeqCst), store.writes(), seen)
+    }
+    let claim = |kind, rp: Option<&str>| {
+        ClaimOutcome::Claimed(Claim {
+            token: FencingToken(7),
+            lease_expires_at: 0,
+            recovery_point: rp.map(str::to_owned),
+            kind,
+        })
+    };
+
+    let (got, calls, writes, seen) = run(claim(ClaimKind::New, None)).await;
+    assert_eq!((got.status, calls), (StatusCode::CREATED, 1));
+    assert_eq!(writes, vec!["claim", "complete"]);
+    assert_eq!(seen, Some((ClaimKind::New, None)));
+
+    let (_, calls, _, seen) = run(claim(ClaimKind::Takeover, Some("charged"))).await;
+    assert_eq!(calls, 1);
+    assert_eq!(seen, Some((ClaimKind::Takeover, Some("charged".to_owned()))));
+
+    let (_, calls, _, seen) = run(claim(ClaimKind::AfterReplayWindow, None)).await;
+    assert_eq!(calls, 1);
+    assert_eq!(seen, Some((ClaimKind::AfterReplayWindow, None)));
+
+    let (got, calls, writes, _) = run(ClaimOutcome::InFlight { lease_expires_at: 0 }).await;
+    assert_eq!((got.status, calls), (StatusCode::CONFLICT, 0));
+    assert_eq!(got.code(), "idempotency_request_in_flight");
+    assert_eq!(got.headers["retry-after"], "1");
+    assert_eq!(got.json()["retryable"], true);
+    assert_eq!(writes, vec!["claim"]);
+
+    let stored = StoredResponse {
+        status: 201,
+        headers: vec![("x-a".into(), b"1".to_vec()), ("x-a".into(), b"2".to_vec())],
+        body: b"stored".to_vec(),
+        body_retained: true,
+    };
+    let (got, calls, _, _) = run(ClaimOutcome::Replay {
+        response: stored.clone(),
+        completed_at: 0,
+    })
+    .await;
+    assert_eq!((got.status, calls, &got.body[..]), (StatusCode::CREATED, 0, &b"stored"[..]));
+    assert!(got.replayed());
+    assert_eq!(got.headers.get_all("x-a").iter().collect::<Vec<_>>(), vec!["1", "2"]);
+
+    let (got, calls, _, _) = run(ClaimOutcome::Replay {
+        response: StoredResponse {
+            body_retained: false,
+            body: Vec::new(),
+            ..stored
+        },
+        completed_at: 0,
+    })
+    .await;
+    assert_eq!((got.status, calls), (StatusCode::CONFLICT, 0));
+    assert_eq!(got.code(), "idempotency_response_not_retained");
+
+    let (got, calls, _, _) = run(ClaimOutcome::Mismatch).await;
+    assert_eq!((got.status, calls), (StatusCode::UNPROCESSABLE_ENTITY, 0));
+    assert_eq!(got.code(), "idempotency_key_mismatch");
+}
+
+#[tokio::test]
+async fn works_as_a_route_layer_and_leaves_unmatched_routes_alone() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
+    let app = counting_routes(calls.clone())
+        .route_layer(layer)
+        .layer(axum::middleware::from_fn(authenticate));
+    let first = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    let retry = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(retry.replayed());
+    let missing = send(&app, post_req("/nowhere", "a", None, "{}")).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND, "not a 400: route_layer skips 404s");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn nested_routers_do_not_share_records_through_a_common_suffix() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let inner = counting_routes(calls.clone());
+    let app = app(
+        IdempotencyLayer::new(Arc::new(MemoryStore::new())),
+        Router::new().nest("/a", inner.clone()).nest("/b", inner),
+    );
+    send(&app, post_req("/a/v1/orders", "s", Some("k"), "{}")).await;
+    let other = send(&app, post_req("/b/v1/orders", "s", Some("k"), "{}")).await;
+    assert_eq!(other.code(), "idempotency_key_mismatch");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_extractor_rejects_with_a_500_problem_without_the_layer() {
+    let app = Router::new().route("/x", post(|_: IdempotencyContext| async { "unreachable" }));
+    let got = send(&app, post_req("/x", "a", Some("k"), "{}")).await;
+    assert_eq!(got.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(got.code(), "idempotency_layer_missing");
+}
+
+#[tokio::test]
+async fn works_on_a_plain_tower_service_with_any_body() {
+    use tower::{ServiceBuilder, ServiceExt};
+    let svc = ServiceBuilder::new()
+        .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new())))
+        .service_fn(|req: http::Request<oncely_tower::Body>| async move {
+            let claimed = req.extensions().get::<IdempotencyContext>().is_some();
+            Ok::<_, std::convert::Infallible>(Response::new(Body::from(format!("claimed={claimed}"))))
+        });
+    let mut req = http::Request::post("/x")
+        .header("idempotency-key", "k")
+        .body(http_body_util::Full::new(Bytes::from_static(b"hi")))
+        .unwrap();
+    req.extensions_mut().insert(Scope::new("a"));
+    let res = svc.clone().oneshot(req).await.unwrap();
+    let body = http_body_util::BodyExt::collect(res.into_body()).await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"claimed=true");
+    let _ = Frame::data(Bytes::new());
+}
+
+#[tokio::test]
+async fn metrics_render_for_prometheus() {
+    let (app, _, _, layer) = setup();
+    send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"x":1}"#)).await;
+    let text = layer.metrics().render_prometheus();
+    assert!(text.contains("oncely_claims_total 1\n"), "{text}");
+    assert!(text.contains("oncely_replays_total 1\n"));
+    assert!(text.contains("oncely_mismatches_total 1\n"));
+    let _: Request = post_req("/", "a", None, "");
+}
