@@ -1,0 +1,139 @@
+//! Every statement the store runs, as `&'static str` constants. Parameters are numbered; all
+//! times are epoch milliseconds from the store's clock.
+
+/// The columns a [`Record`](oncely_core::Record) is read from, in the order
+/// `record_from_row` expects them.
+macro_rules! record_columns {
+    () => {
+        "scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, \
+         recovery_point, completed_at, response_status, response_headers, response_body, \
+         response_body_retained, request, created_at, expires_at"
+    };
+}
+
+/// sqlx's bookkeeping table for this crate's migrations. Not the default `_sqlx_migrations`,
+/// so that an application that runs its own sqlx migrations against the same database keeps
+/// its own history (sqlx refuses to run when its table lists versions it does not know).
+pub(crate) const MIGRATIONS_TABLE: &str = "_oncely_migrations";
+
+/// Reads one record: `$1` scope, `$2` key. A plain MVCC read: it never waits for a lock, so a
+/// claim against a key whose owner has a phase transaction open answers at once.
+pub(crate) const SELECT_RECORD: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE scope = $1 AND key = $2"
+);
+
+/// A first claim: `$1` scope, `$2` key, `$3` fingerprint version, `$4` digest, `$5` lease
+/// expiry, `$6` request, `$7` now, `$8` expires_at. The primary key arbitrates: exactly one of
+/// any number of concurrent inserts returns a row; the others do nothing (no unique violation
+/// ever surfaces, case S11) and read the winner's record.
+pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
+    (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
+     created_at, expires_at) \
+    VALUES ($1, $2, $3, $4, 1, 'in_flight', $5, $6, $7, $8) \
+    ON CONFLICT (scope, key) DO NOTHING \
+    RETURNING token";
+
+/// The guard every claim `UPDATE` carries: the row must still be exactly the version
+/// `decide()` looked at. `$3` token, `$4` state, `$5` lease expiry, `$6` completion time, `$7`
+/// recovery point, as read. Every write to a record changes at least one of them (a claim the
+/// token; complete and release the state; renew and checkpoint the lease or the recovery
+/// point), so a write that slipped in between our read and our update makes the update match
+/// 0 rows, and the claim reads again. A guard on the token alone would let a takeover
+/// overwrite a record that its owner completed or renewed in the meantime.
+macro_rules! claim_guard {
+    () => {
+        " WHERE scope = $1 AND key = $2 AND token = $3 AND state = $4 \
+          AND lease_expires_at IS NOT DISTINCT FROM $5 \
+          AND completed_at IS NOT DISTINCT FROM $6 \
+          AND recovery_point IS NOT DISTINCT FROM $7"
+    };
+}
+
+/// A takeover of a lapsed lease: a new token and lease; the fingerprint, recovery point,
+/// `created_at` and the original request are kept (the same request resumes). `$8` new token,
+/// `$9` lease expiry, `$10` request (kept only if the record has none), `$11` expires_at.
+pub(crate) const CLAIM_TAKEOVER: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET token = $8, lease_expires_at = $9, \
+     request = COALESCE(request, $10), expires_at = $11",
+    claim_guard!()
+);
+
+/// A brand-new claim over a released record or one past its replay window: every column is
+/// rewritten. `$8` new token, `$9` fingerprint version, `$10` digest, `$11` lease expiry, `$12`
+/// request, `$13` now, `$14` expires_at.
+pub(crate) const CLAIM_ANEW: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET token = $8, fingerprint_version = $9, \
+     fingerprint = $10, state = 'in_flight', lease_expires_at = $11, recovery_point = NULL, \
+     completed_at = NULL, response_status = NULL, response_headers = NULL, \
+     response_body = NULL, response_body_retained = NULL, request = $12, created_at = $13, \
+     expires_at = $14",
+    claim_guard!()
+);
+
+/// The owner-write guard: `$1` scope, `$2` key, `$3` token. 0 rows means fenced.
+macro_rules! owner_guard {
+    () => {
+        " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'"
+    };
+}
+
+/// Renews the lease (also the fencing write that opens a phase): `$4` the new lease expiry.
+pub(crate) const RENEW: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET lease_expires_at = $4",
+    owner_guard!()
+);
+
+/// Records a committed phase: `$4` recovery point, `$5` lease expiry.
+pub(crate) const CHECKPOINT: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET recovery_point = $4, lease_expires_at = $5",
+    owner_guard!()
+);
+
+/// Stores the response: `$4` now, `$5` status, `$6` encoded headers, `$7` body, `$8` body
+/// retained, `$9` expires_at. The recovery point is cleared (it only means something in flight).
+pub(crate) const COMPLETE: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET state = 'complete', lease_expires_at = NULL, \
+     recovery_point = NULL, \
+     completed_at = $4, response_status = $5, response_headers = $6, response_body = $7, \
+     response_body_retained = $8, expires_at = $9",
+    owner_guard!()
+);
+
+/// Releases the claim: the record behaves as absent, its token stays so tokens keep growing.
+pub(crate) const RELEASE: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET state = 'released', lease_expires_at = NULL, \
+     recovery_point = NULL",
+    owner_guard!()
+);
+
+/// One reaper batch: `$1` now, `$2` batch size. The inner select walks the `expires_at` index
+/// from the oldest row and stops after `$2` rows; `FOR UPDATE SKIP LOCKED` passes over rows a
+/// claim or a phase is writing right now (they are reaped by a later batch, after their
+/// `expires_at` is re-checked), so the reaper never waits for a claim and a claim waits for
+/// the reaper at most one batch. Rows are deleted by primary key (not `ctid`), which also works
+/// on Postgres-compatible distributed databases.
+pub(crate) const REAP: &str = "WITH doomed AS ( \
+        SELECT scope, key FROM oncely_idempotency_keys \
+        WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED \
+    ) \
+    DELETE FROM oncely_idempotency_keys t USING doomed \
+    WHERE t.scope = doomed.scope AND t.key = doomed.key \
+    RETURNING t.scope, t.key, t.state";
+
+/// Abandoned in-flight records: `$1` cutoff (now minus grace), `$2` limit; served by the
+/// partial index on in-flight leases.
+pub(crate) const LIST_ABANDONED: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND lease_expires_at <= $1 \
+     ORDER BY lease_expires_at, scope, key LIMIT $2"
+);
+
+/// Marks the start of a phase's business writes, so that `rollback_and_release` can undo them
+/// and still write the release in the same transaction (under the same row lock).
+pub(crate) const SAVEPOINT: &str = "SAVEPOINT oncely_phase";
+
+/// Undoes the business writes of a phase (also leaves an aborted transaction usable again).
+pub(crate) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT oncely_phase";

@@ -1,0 +1,541 @@
+//! [`PostgresStore`]: the [`KeyStore`] implementation.
+
+use crate::error::{map, retry_transient};
+use crate::phase::Phase;
+use crate::sql;
+use async_trait::async_trait;
+use oncely_core::clock::duration_millis;
+use oncely_core::store::lease_millis;
+use oncely_core::{
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, Fingerprint,
+    IdempotencyKey, KeyStore, ReapReport, Record, RecordKey, RecordState, Scope, StoreError,
+    StoredRequest, StoredResponse, SystemClock, UnixMillis, decide,
+};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A [`KeyStore`] on PostgreSQL (or a Postgres-compatible database), shared by any number of
+/// server instances.
+///
+/// Cloning is cheap and shares the pool and the clock.
+///
+/// # How a claim is arbitrated
+///
+/// 1. Read the record with a plain (MVCC) `SELECT`; this never waits for a lock.
+/// 2. No record: `INSERT ... ON CONFLICT (scope, key) DO NOTHING RETURNING token`. The primary
+///    key lets exactly one concurrent insert win (token 1, [`ClaimKind::New`]); a loser gets no
+///    row, which is the normal "record exists" path (never an error, case S11), and goes back
+///    to step 1 to read the winner.
+/// 3. A record: [`decide`] on it. An answer (in flight, replay, mismatch) writes nothing. A
+///    claim (takeover, after the replay window, over a released record) is one conditional
+///    `UPDATE` guarded by the token *and* the state, lease, completion time and recovery point
+///    that were read; 0 rows means another write got there first, and the claim goes back to
+///    step 1. Never check-then-insert: the database decides every race.
+///
+/// The loop is bounded ([`PostgresStore::MAX_CLAIM_ROUNDS`]); each extra round means another
+/// request changed the record in between, so in practice a claim takes at most two.
+///
+/// Every other write (`renew`, `checkpoint`, `complete`, `release`) is one `UPDATE ... WHERE
+/// scope, key AND token = $token AND state = 'in_flight'`; 0 rows is [`StoreError::Fenced`].
+///
+/// # Isolation, retries and lock waits
+///
+/// The store's statements are single-statement transactions. Under PostgreSQL's default
+/// `READ COMMITTED` they raise no serialization failures; under `SERIALIZABLE` or `REPEATABLE
+/// READ` (a server default, or a distributed database that is serializable by default)
+/// concurrent claims of one key can fail with `40001` (and any workload with `40P01`): the
+/// store retries those statements itself, up to 8 times with a 1 to 100 millisecond jittered
+/// backoff, so they never reach the caller as a `500`.
+///
+/// A statement waits for a row lock only when it writes a row that another transaction is
+/// writing: a takeover (or a heartbeat `renew`) of a record whose owner has a [`Phase`]
+/// transaction open waits until that transaction ends, which is exactly what makes a phase
+/// atomic with respect to takeovers. The wait is bounded by PostgreSQL's `lock_timeout`:
+/// [`PostgresStore::connect`] sets it to [`PostgresStore::DEFAULT_LOCK_TIMEOUT`] (5 seconds) on
+/// its connections; past it the operation fails with [`StoreError::Unavailable`] (`503`,
+/// retryable). A store built with [`PostgresStore::from_pool`] inherits whatever the pool's
+/// connect options say: set `lock_timeout` there. Plain claims against a record in a phase do
+/// not wait: they read the last committed version and answer "in flight" (case S6).
+///
+/// # Clocks
+///
+/// Times (lease expiries, completion times, retention) are computed from the store's
+/// [`Clock`] (default [`SystemClock`]), i.e. the *application server's* clock, not the
+/// database's `now()`. That keeps one time source for the whole of Oncely (and lets tests run
+/// leases and windows on a [`ManualClock`](oncely_core::ManualClock)). The cost: an instance
+/// whose clock is skewed by `s` grants leases that end `s` early or late in the other
+/// instances' eyes, and judges other instances' leases by `s` too. Keep instance clocks in
+/// sync with NTP (typical skew: milliseconds, against leases of seconds); a lease shorter than
+/// the worst skew would allow a premature takeover. Fencing tokens keep even a premature
+/// takeover safe: the old owner's writes are rejected.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn example() -> Result<(), oncely_core::StoreError> {
+/// use oncely_postgres::PostgresStore;
+/// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// The `lock_timeout` [`PostgresStore::connect`] sets on its connections: 5 seconds.
+    pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The pool size [`PostgresStore::connect`] uses: 10 connections.
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+    /// How long [`PostgresStore::connect`]'s pool waits for a free connection before the
+    /// operation fails with [`StoreError::Unavailable`]: 5 seconds.
+    pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The most read-decide-write rounds one claim makes before giving up with
+    /// [`StoreError::Unavailable`]: 32.
+    pub const MAX_CLAIM_ROUNDS: u32 = 32;
+
+    /// Connects a pool to `url` (`postgres://user@host:port/db`), with
+    /// [`DEFAULT_MAX_CONNECTIONS`](Self::DEFAULT_MAX_CONNECTIONS),
+    /// [`DEFAULT_ACQUIRE_TIMEOUT`](Self::DEFAULT_ACQUIRE_TIMEOUT) and `lock_timeout` set to
+    /// [`DEFAULT_LOCK_TIMEOUT`](Self::DEFAULT_LOCK_TIMEOUT) (unless the URL already sets
+    /// `lock_timeout`), on the [`SystemClock`]. Opens one connection at once to fail fast. Does
+    /// not run the migrations: call [`PostgresStore::migrate`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the URL is invalid or the database cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let mut options: PgConnectOptions = url.parse().map_err(StoreError::unavailable)?;
+        if !url.contains("lock_timeout") {
+            options = options.options([(
+                "lock_timeout",
+                format!("{}ms", Self::DEFAULT_LOCK_TIMEOUT.as_millis()),
+            )]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(Self::DEFAULT_MAX_CONNECTIONS)
+            .acquire_timeout(Self::DEFAULT_ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(StoreError::unavailable)?;
+        Ok(Self::from_pool(pool, Arc::new(SystemClock)))
+    }
+
+    /// A store over an existing pool (for instance the application's own) and clock. See the
+    /// type docs for the `lock_timeout` to configure on the pool.
+    pub fn from_pool(pool: PgPool, clock: Arc<dyn Clock>) -> Self {
+        Self { pool, clock }
+    }
+
+    /// Replaces the clock (the default is [`SystemClock`]).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The connection pool, for the application's own business tables.
+    pub fn pool(&self) -> &sqlx::Pool<Postgres> {
+        &self.pool
+    }
+
+    /// The store's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Runs the crate's migrations (the `oncely_idempotency_keys` table and its indexes).
+    /// Idempotent, and safe when several processes run it at once against one database: sqlx's
+    /// migrator holds a PostgreSQL advisory lock (keyed by the database name) for the whole
+    /// run, so the runs take turns and the later ones find nothing to do. The history is kept
+    /// in the table `_oncely_migrations`, apart from the application's own sqlx migrations.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the database cannot be reached or a migration fails.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let mut migrator = sqlx::migrate!();
+        migrator.dangerous_set_table_name(sql::MIGRATIONS_TABLE);
+        migrator
+            .run(&self.pool)
+            .await
+            .map_err(StoreError::unavailable)
+    }
+
+    /// Begins a database transaction that carries one atomic phase of the request owned by
+    /// `token`; see [`Phase`].
+    ///
+    /// First the lease is renewed to now plus `lease` in its own committed statement, so other
+    /// instances see a live lease while the phase runs. Then the transaction opens with the
+    /// conditional fencing write (the same renewal, `WHERE scope, key AND token = $token AND
+    /// state = 'in_flight'`), which takes the row's write lock for the whole transaction: a
+    /// takeover cannot interleave with the phase; it waits for it (bounded by `lock_timeout`).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] when `token` is stale or the record is no longer in flight;
+    /// [`StoreError::Unavailable`] when the database fails.
+    pub async fn begin_phase(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Phase, StoreError> {
+        self.renew(id, token, lease).await?;
+        Phase::begin(self.pool.clone(), self.clock.clone(), id, token, lease).await
+    }
+
+    async fn fetch(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
+        let row = retry_transient!(
+            sqlx::query(sql::SELECT_RECORD)
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .fetch_optional(&self.pool)
+                .await
+        )
+        .map_err(map)?;
+        row.as_ref().map(record_from_row).transpose()
+    }
+
+    async fn try_claim_round(
+        &self,
+        req: &ClaimRequest,
+        request: Option<&[u8]>,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        let now = self.clock.now_millis();
+        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
+        let expires_at = now.saturating_add(duration_millis(req.retention));
+        let Some(existing) = self.fetch(&req.id).await? else {
+            let inserted = retry_transient!(
+                sqlx::query(sql::INSERT_CLAIM)
+                    .bind(req.id.scope.as_str())
+                    .bind(req.id.key.as_str())
+                    .bind(i32::from(req.fingerprint.version()))
+                    .bind(&req.fingerprint.digest()[..])
+                    .bind(lease_expires_at)
+                    .bind(request)
+                    .bind(now)
+                    .bind(expires_at)
+                    .fetch_optional(&self.pool)
+                    .await
+            )
+            .map_err(map)?;
+            return Ok(inserted.map(|_| {
+                ClaimOutcome::Claimed(Claim {
+                    token: FencingToken(1),
+                    lease_expires_at,
+                    recovery_point: None,
+                    kind: ClaimKind::New,
+                })
+            }));
+        };
+        let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
+            Decision::Answer(answer) => return Ok(Some(answer)),
+            Decision::Claim {
+                token,
+                kind,
+                recovery_point,
+            } => (token, kind, recovery_point),
+        };
+        let (old_lease, old_completed) = match &existing.state {
+            RecordState::InFlight {
+                lease_expires_at, ..
+            } => (Some(*lease_expires_at), None),
+            RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
+            RecordState::Released => (None, None),
+        };
+        let old_recovery_point = existing.recovery_point();
+        let guarded = |q: &'static str| {
+            sqlx::query(q)
+                .bind(req.id.scope.as_str())
+                .bind(req.id.key.as_str())
+                .bind(existing.token.0)
+                .bind(existing.state_name())
+                .bind(old_lease)
+                .bind(old_completed)
+                .bind(old_recovery_point)
+                .bind(token.0)
+        };
+        let updated = if kind == ClaimKind::Takeover {
+            retry_transient!(
+                guarded(sql::CLAIM_TAKEOVER)
+                    .bind(lease_expires_at)
+                    .bind(request)
+                    .bind(expires_at)
+                    .execute(&self.pool)
+                    .await
+            )
+        } else {
+            retry_transient!(
+                guarded(sql::CLAIM_ANEW)
+                    .bind(i32::from(req.fingerprint.version()))
+                    .bind(&req.fingerprint.digest()[..])
+                    .bind(lease_expires_at)
+                    .bind(request)
+                    .bind(now)
+                    .bind(expires_at)
+                    .execute(&self.pool)
+                    .await
+            )
+        }
+        .map_err(map)?;
+        if updated.rows_affected() == 0 {
+            return Ok(None);
+        }
+        Ok(Some(ClaimOutcome::Claimed(Claim {
+            token,
+            lease_expires_at,
+            recovery_point,
+            kind,
+        })))
+    }
+}
+
+/// 0 rows affected by an owner write means the token is stale or the record left `in_flight`.
+fn fenced_unless_written(result: sqlx::postgres::PgQueryResult) -> Result<(), StoreError> {
+    if result.rows_affected() == 0 {
+        Err(StoreError::Fenced)
+    } else {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl KeyStore for PostgresStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let request = req.request.as_ref().map(StoredRequest::encode);
+        for _ in 0..Self::MAX_CLAIM_ROUNDS {
+            if let Some(outcome) = self.try_claim_round(&req, request.as_deref()).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(StoreError::Unavailable(
+            format!(
+                "claim of {}/{} lost {} races in a row",
+                req.id.scope,
+                req.id.key,
+                Self::MAX_CLAIM_ROUNDS
+            )
+            .into(),
+        ))
+    }
+
+    async fn renew(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<UnixMillis, StoreError> {
+        let until = self
+            .clock
+            .now_millis()
+            .saturating_add(lease_millis(lease));
+        let result = retry_transient!(
+            sqlx::query(sql::RENEW)
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .bind(token.0)
+                .bind(until)
+                .execute(&self.pool)
+                .await
+        )
+        .map_err(map)?;
+        fenced_unless_written(result).map(|()| until)
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let until = self
+            .clock
+            .now_millis()
+            .saturating_add(lease_millis(lease));
+        let result = retry_transient!(
+            sqlx::query(sql::CHECKPOINT)
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .bind(token.0)
+                .bind(recovery_point)
+                .bind(until)
+                .execute(&self.pool)
+                .await
+        )
+        .map_err(map)?;
+        fenced_unless_written(result)
+    }
+
+    async fn complete(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        response: StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now_millis();
+        let headers = response.encode_headers();
+        let result = retry_transient!(
+            complete_query(id, token, &response, &headers, now, retention)
+                .execute(&self.pool)
+                .await
+        )
+        .map_err(map)?;
+        fenced_unless_written(result)
+    }
+
+    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
+        let result = retry_transient!(
+            sqlx::query(sql::RELEASE)
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .bind(token.0)
+                .execute(&self.pool)
+                .await
+        )
+        .map_err(map)?;
+        fenced_unless_written(result)
+    }
+
+    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
+        self.fetch(id).await
+    }
+
+    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
+        let now = self.clock.now_millis();
+        let limit = i64::try_from(batch).unwrap_or(i64::MAX);
+        let rows = retry_transient!(
+            sqlx::query(sql::REAP)
+                .bind(now)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
+        )
+        .map_err(map)?;
+        let mut report = ReapReport::default();
+        for row in &rows {
+            report.deleted += 1;
+            let state: &str = row.try_get(2).map_err(map)?;
+            if state == "in_flight" {
+                report.orphaned += 1;
+                let scope: &str = row.try_get(0).map_err(map)?;
+                let key: &str = row.try_get(1).map_err(map)?;
+                tracing::warn!(scope, key, "reaped an in-flight record: its request was abandoned and never finished");
+            }
+        }
+        Ok(report)
+    }
+
+    async fn list_abandoned(
+        &self,
+        grace: Duration,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let cutoff = self
+            .clock
+            .now_millis()
+            .saturating_sub(duration_millis(grace));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = retry_transient!(
+            sqlx::query(sql::LIST_ABANDONED)
+                .bind(cutoff)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
+        )
+        .map_err(map)?;
+        rows.iter().map(record_from_row).collect()
+    }
+}
+
+/// The `COMPLETE` statement with its binds (shared by [`KeyStore::complete`] and
+/// [`Phase::complete`]).
+pub(crate) fn complete_query<'q>(
+    id: &'q RecordKey,
+    token: FencingToken,
+    response: &'q StoredResponse,
+    encoded_headers: &'q [u8],
+    now: UnixMillis,
+    retention: Duration,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql::COMPLETE)
+        .bind(id.scope.as_str())
+        .bind(id.key.as_str())
+        .bind(token.0)
+        .bind(now)
+        .bind(i32::from(response.status))
+        .bind(encoded_headers)
+        .bind(&response.body[..])
+        .bind(response.body_retained)
+        .bind(now.saturating_add(duration_millis(retention)))
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// Decodes a row selected with the `record_columns!()` list.
+pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
+    let scope: String = row.try_get("scope").map_err(map)?;
+    let key: String = row.try_get("key").map_err(map)?;
+    let key = IdempotencyKey::new(&key).map_err(|e| corrupt("key", e))?;
+    let version: i32 = row.try_get("fingerprint_version").map_err(map)?;
+    let digest: Vec<u8> = row.try_get("fingerprint").map_err(map)?;
+    let fingerprint =
+        Fingerprint::from_stored(i64::from(version), &digest).map_err(|e| corrupt("fingerprint", e))?;
+    let state_name: String = row.try_get("state").map_err(map)?;
+    let state = match state_name.as_str() {
+        "in_flight" => RecordState::InFlight {
+            lease_expires_at: row
+                .try_get::<Option<i64>, _>("lease_expires_at")
+                .map_err(map)?
+                .ok_or_else(|| corrupt("lease_expires_at", "missing on an in-flight record"))?,
+            recovery_point: row.try_get("recovery_point").map_err(map)?,
+        },
+        "complete" => {
+            let status: i32 = row.try_get("response_status").map_err(map)?;
+            let headers: Vec<u8> = row.try_get("response_headers").map_err(map)?;
+            RecordState::Complete {
+                response: StoredResponse {
+                    status: u16::try_from(status).map_err(|e| corrupt("response_status", e))?,
+                    headers: StoredResponse::decode_headers(&headers)
+                        .map_err(|e| corrupt("response_headers", e))?,
+                    body: row.try_get("response_body").map_err(map)?,
+                    body_retained: row.try_get("response_body_retained").map_err(map)?,
+                },
+                completed_at: row.try_get("completed_at").map_err(map)?,
+            }
+        }
+        "released" => RecordState::Released,
+        other => return Err(corrupt("state", other)),
+    };
+    let request: Option<Vec<u8>> = row.try_get("request").map_err(map)?;
+    let request = request
+        .map(|b| StoredRequest::decode(&b))
+        .transpose()
+        .map_err(|e| corrupt("request", e))?;
+    Ok(Record {
+        scope: Scope::new(scope),
+        key,
+        fingerprint,
+        token: FencingToken(row.try_get("token").map_err(map)?),
+        state,
+        created_at: row.try_get("created_at").map_err(map)?,
+        expires_at: row.try_get("expires_at").map_err(map)?,
+        request,
+    })
+}
