@@ -1,0 +1,71 @@
+//! Child processes of the gates: the processor and the API servers, each on a free port.
+//!
+//! A child is started with `--addr 127.0.0.1:0`; it binds a free port and prints
+//! `oncely: listening on http://ADDR` as its first line on standard output, which is how the
+//! gates learn the address (no port is guessed, so two gate runs never collide).
+
+use anyhow::{Context as _, Result, bail};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running child and its base URL.
+pub struct Proc {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub url: String,
+    name: String,
+}
+
+impl Proc {
+    /// Starts `oncely <args…> --addr 127.0.0.1:0` and waits (up to 60 seconds) for its address.
+    pub async fn start(name: &str, args: &[String]) -> Result<Self> {
+        let exe = std::env::current_exe().context("find the oncely executable")?;
+        let mut child = Command::new(exe)
+            .args(args)
+            .args(["--addr", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .env(
+                "RUST_LOG",
+                std::env::var("ONCELY_CHILD_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("start {name}"))?;
+        let stdout = child.stdout.take().context("child stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(url) = line.strip_prefix("oncely: listening on ") {
+                    return anyhow::Ok(url.trim().to_owned());
+                }
+            }
+            bail!("{name} exited before it was listening")
+        })
+        .await
+        .with_context(|| format!("{name} did not start within 60 seconds"))??;
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Self {
+            child,
+            url,
+            name: name.to_owned(),
+        })
+    }
+
+    /// Kills the process at once (SIGKILL) and waits for it.
+    pub async fn kill(mut self) -> Result<()> {
+        self.child
+            .kill()
+            .await
+            .with_context(|| format!("kill {}", self.name))
+    }
+
+    /// Waits (up to `limit`) for the process to exit by itself; returns whether it did.
+    pub async fn wait_exit(&mut self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.child.wait()).await.is_ok()
+    }
+}

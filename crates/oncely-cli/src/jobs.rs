@@ -1,0 +1,113 @@
+//! `oncely reap`, `oncely complete` and the in-process completer of `oncely serve`.
+
+use crate::serve::{StoreUrl, open};
+use anyhow::Result;
+use async_trait::async_trait;
+use oncely_core::jobs::{Completer, Redrive, RedriveError, complete_abandoned, reap_all};
+use oncely_core::{KeyStore, Record};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Re-drives a stored request over HTTP to the reference server, as the record's scope (the
+/// reference server's stand-in authentication: `Authorization: Bearer <scope>`) and with the
+/// record's own `Idempotency-Key`, so the server's layer takes the lapsed claim over and resumes
+/// at the recovery point.
+pub struct HttpRedrive {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl HttpRedrive {
+    /// Re-drives through the server at `base` (`http://host:port`).
+    pub fn new(base: &str) -> Result<Self> {
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?,
+        })
+    }
+}
+
+#[async_trait]
+impl Redrive for HttpRedrive {
+    async fn redrive(&self, record: &Record) -> Result<u16, RedriveError> {
+        let req = record.request.as_ref().ok_or(RedriveError::NoRequest)?;
+        let method = reqwest::Method::from_bytes(req.method.as_bytes())
+            .map_err(|e| RedriveError::Unreachable(Box::new(e)))?;
+        let mut out = self
+            .http
+            .request(method, format!("{}{}", self.base, req.uri))
+            .bearer_auth(record.scope.as_str())
+            .header("idempotency-key", record.key.as_str())
+            .body(req.body.clone());
+        for (name, value) in &req.headers {
+            if name != "authorization" && name != "idempotency-key" && name != "content-length" {
+                out = out.header(name.as_str(), value.as_slice());
+            }
+        }
+        let resp = out
+            .send()
+            .await
+            .map_err(|e| RedriveError::Unreachable(Box::new(e)))?;
+        Ok(resp.status().as_u16())
+    }
+}
+
+/// Starts the completer inside `oncely serve`.
+pub fn spawn_completer(
+    store: Arc<dyn KeyStore>,
+    server_url: String,
+    grace: Duration,
+    every: Duration,
+) {
+    match HttpRedrive::new(&server_url) {
+        Ok(redrive) => {
+            tracing::info!(
+                grace_ms = grace.as_millis() as u64,
+                every_ms = every.as_millis() as u64,
+                "completer running in this process"
+            );
+            Completer::new(store, Arc::new(redrive), every, grace, 100)
+                .spawn(std::future::pending());
+        }
+        Err(e) => tracing::error!(error = %e, "could not start the completer"),
+    }
+}
+
+/// `oncely reap`.
+pub async fn reap(store: &StoreUrl, batch: usize) -> Result<bool> {
+    let opened = open(store, None).await?;
+    let started = std::time::Instant::now();
+    let report = reap_all(
+        &*opened.store,
+        batch.max(1),
+        oncely_core::jobs::DEFAULT_REAP_PAUSE,
+    )
+    .await?;
+    println!(
+        "reaped {} records past retention ({} of them abandoned in flight) in {:.2} s, batches of {}",
+        report.deleted,
+        report.orphaned,
+        started.elapsed().as_secs_f64(),
+        batch.max(1)
+    );
+    Ok(true)
+}
+
+/// `oncely complete`.
+pub async fn complete(
+    store: &StoreUrl,
+    server_url: &str,
+    grace: Duration,
+    limit: usize,
+) -> Result<bool> {
+    let opened = open(store, None).await?;
+    let redrive = HttpRedrive::new(server_url)?;
+    let report = complete_abandoned(&*opened.store, &redrive, grace, limit).await;
+    println!(
+        "completer: {} abandoned requests re-driven, {} completed, {} still unfinished",
+        report.attempted, report.completed, report.failed
+    );
+    Ok(report.failed == 0)
+}

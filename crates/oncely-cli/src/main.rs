@@ -1,0 +1,291 @@
+//! `oncely`: the reference payments API, the end-to-end gates, the integrator contract and the
+//! background jobs. Run `oncely --help`.
+
+// A binary: `pub` marks what a module offers its siblings, not a public API.
+#![allow(unreachable_pub)]
+
+mod contract;
+mod gates;
+mod jobs;
+mod processor;
+mod serve;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use oncely_core::{InFlightBehavior, Policy, StatusProfile};
+use serve::{ServeConfig, StoreUrl};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Oncely: safe retried writes, end to end (effectively-once: at-least-once delivery plus
+/// duplicate collapse inside a key scope and replay window).
+#[derive(Parser)]
+#[command(name = "oncely", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The idempotency policy flags shared by `serve` and `contract`.
+#[derive(clap::Args, Clone, Debug)]
+struct PolicyArgs {
+    /// How long a completed key replays its stored response, in seconds.
+    #[arg(long, default_value_t = 86_400)]
+    replay_window_secs: u64,
+    /// How long records are kept before the reaper deletes them, in seconds (>= the window).
+    #[arg(long, default_value_t = 259_200)]
+    retention_secs: u64,
+    /// The lease of every claim, in milliseconds; renewed every third of it while a handler runs.
+    #[arg(long, default_value_t = 30_000)]
+    lease_ms: u64,
+    /// Status profile for the error codes: ietf, stripe or resend.
+    #[arg(long, default_value = "ietf")]
+    profile: StatusProfile,
+    /// Wait up to this many milliseconds for an in-flight duplicate's result instead of
+    /// answering 409 at once (0 = answer 409 at once).
+    #[arg(long, default_value_t = 0)]
+    in_flight_wait_ms: u64,
+}
+
+impl PolicyArgs {
+    fn policy(&self) -> Policy {
+        let lease = Duration::from_millis(self.lease_ms.max(3));
+        Policy {
+            replay_window: Duration::from_secs(self.replay_window_secs),
+            retention: Duration::from_secs(self.retention_secs),
+            lease,
+            heartbeat: lease / 3,
+            profile: self.profile,
+            in_flight: if self.in_flight_wait_ms == 0 {
+                InFlightBehavior::Reject
+            } else {
+                InFlightBehavior::Wait {
+                    max: Duration::from_millis(self.in_flight_wait_ms),
+                    poll: Duration::from_millis(50),
+                }
+            },
+            ..Policy::default()
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the reference payments API.
+    Serve {
+        /// Address to listen on (port 0 picks a free one; the address is printed).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+        /// Key store: a file path or sqlite://PATH (the embedded default), memory,
+        /// postgres://… or redis://…
+        #[arg(long, default_value = "oncely.sqlite3")]
+        store: StoreUrl,
+        /// The outside card processor and mailer (`oncely processor`); without it one is
+        /// started in this process.
+        #[arg(long)]
+        processor_url: Option<String>,
+        /// Where business data goes with the memory or Redis key store (embedded SQLite).
+        #[arg(long)]
+        business_db: Option<String>,
+        /// TESTING ONLY: abort the process right after this recovery point commits
+        /// (payment_recorded, charge_created, receipt_sent, response_stored).
+        #[arg(long)]
+        crash_after: Option<String>,
+        /// Run the completer in this process: finish requests whose lease lapsed this many
+        /// milliseconds ago.
+        #[arg(long)]
+        completer_grace_ms: Option<u64>,
+        /// How often the in-process completer looks, in milliseconds.
+        #[arg(long, default_value_t = 5_000)]
+        completer_every_ms: u64,
+        /// `off` serves the same endpoints without the idempotency layer (benchmark baseline).
+        #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+        idempotency: String,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    /// Run the simulated outside card processor and mailer.
+    Processor {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        addr: SocketAddr,
+    },
+    /// Run the end-to-end gates (the main job); exit status 1 if any fails.
+    Gates {
+        /// Key store (default: a fresh embedded SQLite file); postgres://… runs 3 API processes.
+        #[arg(long)]
+        store: Option<StoreUrl>,
+        /// Concurrent identical requests in the concurrency gate.
+        #[arg(long, short = 'n', default_value_t = 200)]
+        concurrency: usize,
+        /// API server processes sharing the store (default 1, or 3 with PostgreSQL).
+        #[arg(long)]
+        instances: Option<usize>,
+        /// Clients in the fleet gate.
+        #[arg(long, default_value_t = 20)]
+        fleet_clients: usize,
+        /// Logical payments per fleet client.
+        #[arg(long, default_value_t = 10)]
+        fleet_calls: usize,
+        /// Print machine-readable JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the integrator contract (Markdown) from the live configuration.
+    Contract {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    /// Delete records past retention, in bounded batches.
+    Reap {
+        /// Key store.
+        #[arg(long)]
+        store: StoreUrl,
+        /// Records deleted per batch.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
+    /// Finish abandoned in-flight requests by re-driving them through a running server.
+    Complete {
+        /// Key store.
+        #[arg(long)]
+        store: StoreUrl,
+        /// The running API server that re-executes them.
+        #[arg(long)]
+        server_url: String,
+        /// Only requests whose lease lapsed at least this many milliseconds ago.
+        #[arg(long, default_value_t = 30_000)]
+        grace_ms: u64,
+        /// At most this many requests.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+}
+
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The gates print their own progress and table; retries they provoke on purpose are
+    // logged only when RUST_LOG asks for them.
+    init_tracing(match cli.command {
+        Command::Gates { .. } => "warn",
+        _ => "info",
+    });
+    match run(cli).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("oncely: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn listen(addr: SocketAddr) -> Result<(tokio::net::TcpListener, String)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listen on {addr}"))?;
+    let url = format!("http://{}", listener.local_addr()?);
+    Ok((listener, url))
+}
+
+fn announce(url: &str) {
+    use std::io::Write as _;
+    // The first line on standard output: the gates (and scripts) read the address from it.
+    println!("oncely: listening on {url}");
+    let _ = std::io::stdout().flush();
+}
+
+async fn run(cli: Cli) -> Result<bool> {
+    match cli.command {
+        Command::Processor { addr } => {
+            let (listener, url) = listen(addr).await?;
+            announce(&url);
+            axum::serve(listener, processor::router()).await?;
+            Ok(true)
+        }
+        Command::Serve {
+            addr,
+            store,
+            processor_url,
+            business_db,
+            crash_after,
+            completer_grace_ms,
+            completer_every_ms,
+            idempotency,
+            policy,
+        } => {
+            let processor_url = match processor_url {
+                Some(u) => u,
+                None => {
+                    let (l, url) = listen("127.0.0.1:0".parse()?).await?;
+                    tokio::spawn(async move { axum::serve(l, processor::router()).await });
+                    tracing::info!(%url, "started the outside card processor and mailer in this process");
+                    url
+                }
+            };
+            let cfg = ServeConfig {
+                store,
+                processor_url,
+                crash_after,
+                policy: policy.policy(),
+                business_path: business_db,
+                completer_grace: completer_grace_ms.map(Duration::from_millis),
+                idempotency_off: idempotency == "off",
+            };
+            let (app, router) = serve::build(&cfg).await?;
+            let (listener, url) = listen(addr).await?;
+            if let Some(grace) = cfg.completer_grace {
+                jobs::spawn_completer(
+                    app.store(),
+                    url.clone(),
+                    grace,
+                    Duration::from_millis(completer_every_ms),
+                );
+            }
+            tracing::info!(store = %cfg.store, %url, "serving the reference payments API");
+            announce(&url);
+            axum::serve(listener, router).await?;
+            Ok(true)
+        }
+        Command::Gates {
+            store,
+            concurrency,
+            instances,
+            fleet_clients,
+            fleet_calls,
+            json,
+        } => {
+            gates::run(gates::GatesConfig {
+                store,
+                concurrency,
+                instances,
+                fleet_clients,
+                fleet_calls,
+                json,
+            })
+            .await
+        }
+        Command::Contract { policy } => {
+            print!("{}", contract::render(&policy.policy()));
+            Ok(true)
+        }
+        Command::Reap { store, batch } => jobs::reap(&store, batch).await,
+        Command::Complete {
+            store,
+            server_url,
+            grace_ms,
+            limit,
+        } => jobs::complete(&store, &server_url, Duration::from_millis(grace_ms), limit).await,
+    }
+}

@@ -1,0 +1,463 @@
+//! `oncely serve`: a reference payments API built with the library the way a user would build
+//! it: an authentication middleware that puts the caller's account into the request as the
+//! [`Scope`], the [`IdempotencyLayer`] over the write routes, and handlers that commit their
+//! atomic phases through the key store.
+//!
+//! Authentication is a stand-in: `Authorization: Bearer <account>` makes `<account>` the
+//! caller (and the idempotency scope). A real service puts its own authenticated identity there.
+
+pub mod db;
+pub mod openapi;
+pub mod payments;
+
+use anyhow::{Context as _, Result, bail};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use db::Db;
+use oncely_core::{
+    Clock, IdempotencyKey, KeyStore, MemoryStore, Policy, RecordKey, RecordState, Scope,
+    SystemClock,
+};
+use oncely_tower::{IdempotencyLayer, Metrics};
+use serde_json::{Value, json};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Where the key store lives, from `--store`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `memory`: in this process only.
+    Memory,
+    /// `sqlite://path`, or a plain file path: the embedded default.
+    Sqlite(String),
+    /// `postgres://…`
+    Postgres(String),
+    /// `redis://…`
+    Redis(String),
+}
+
+impl FromStr for StoreUrl {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(if s == "memory" {
+            Self::Memory
+        } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            Self::Postgres(s.to_owned())
+        } else if s.starts_with("redis://") || s.starts_with("rediss://") {
+            Self::Redis(s.to_owned())
+        } else if let Some(path) = s.strip_prefix("sqlite://") {
+            Self::Sqlite(path.to_owned())
+        } else if s.contains("://") {
+            bail!(
+                "unknown store {s:?}: expected memory, a file path, sqlite://PATH, postgres://… or redis://…"
+            )
+        } else {
+            Self::Sqlite(s.to_owned())
+        })
+    }
+}
+
+impl std::fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("memory"),
+            Self::Sqlite(p) => write!(f, "sqlite://{p}"),
+            Self::Postgres(u) | Self::Redis(u) => f.write_str(u),
+        }
+    }
+}
+
+/// Which phase mechanism the handlers use.
+pub enum Backend {
+    /// Transactional phases in the SQLite key store's database.
+    Sqlite(oncely_sqlite::SqliteStore),
+    /// Transactional phases in the PostgreSQL key store's database.
+    #[cfg(feature = "postgres")]
+    Postgres(oncely_postgres::PostgresStore),
+    /// Business data in embedded SQLite, recovery points recorded in the key store after.
+    Plain,
+}
+
+/// The opened key store, its phase mechanism and the business database.
+pub struct Opened {
+    /// The key store.
+    pub store: Arc<dyn KeyStore>,
+    /// The phase mechanism.
+    pub backend: Backend,
+    /// The business database.
+    pub db: Db,
+}
+
+fn sqlite_url(path: &str) -> String {
+    format!("sqlite://{path}?mode=rwc")
+}
+
+/// Opens a key store (running its migrations) and the business database next to it.
+/// `business_path` is where the embedded business database goes for the memory and Redis stores.
+pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened> {
+    async fn plain_db(path: Option<&str>) -> Result<Db> {
+        let opts = match path {
+            Some(p) => sqlx::sqlite::SqliteConnectOptions::from_str(&sqlite_url(p))?,
+            None => sqlx::sqlite::SqliteConnectOptions::from_str("sqlite::memory:")?,
+        }
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(10));
+        // An in-memory database exists once per connection: keep exactly one.
+        let max = if path.is_some() { 4 } else { 1 };
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(max)
+            .connect_with(opts)
+            .await
+            .context("open the embedded business database")?;
+        Ok(Db::Sqlite(pool))
+    }
+    let opened = match url {
+        StoreUrl::Memory => Opened {
+            store: Arc::new(MemoryStore::new()),
+            backend: Backend::Plain,
+            db: plain_db(business_path).await?,
+        },
+        StoreUrl::Sqlite(path) => {
+            let store = oncely_sqlite::SqliteStore::connect(&sqlite_url(path))
+                .await
+                .with_context(|| format!("open the SQLite key store at {path}"))?;
+            let db = Db::Sqlite(store.pool().clone());
+            Opened {
+                store: Arc::new(store.clone()),
+                backend: Backend::Sqlite(store),
+                db,
+            }
+        }
+        #[cfg(not(feature = "postgres"))]
+        StoreUrl::Postgres(_) => bail!("this oncely was built without the postgres feature"),
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(u) => {
+            let store = oncely_postgres::PostgresStore::connect(u)
+                .await
+                .context("connect to the PostgreSQL key store")?;
+            let db = Db::Postgres(store.pool().clone());
+            Opened {
+                store: Arc::new(store.clone()),
+                backend: Backend::Postgres(store),
+                db,
+            }
+        }
+        StoreUrl::Redis(u) => Opened {
+            store: Arc::new(
+                oncely_redis::RedisStore::connect(u)
+                    .await
+                    .context("connect to the Redis key store")?,
+            ),
+            backend: Backend::Plain,
+            db: plain_db(Some(business_path.unwrap_or("oncely-business.sqlite3"))).await?,
+        },
+    };
+    opened
+        .db
+        .migrate()
+        .await
+        .context("create the business tables")?;
+    Ok(opened)
+}
+
+/// The server's shared state.
+#[derive(Clone)]
+pub struct App {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn KeyStore>,
+    backend: Backend,
+    db: Db,
+    http: reqwest::Client,
+    processor_url: String,
+    crash_after: Option<String>,
+    policy: Policy,
+    metrics: Arc<Metrics>,
+    payments_created: AtomicU64,
+}
+
+/// How to run the server.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The key store.
+    pub store: StoreUrl,
+    /// The processor's base URL.
+    pub processor_url: String,
+    /// Abort the process right after this recovery point commits (testing only).
+    pub crash_after: Option<String>,
+    /// The idempotency policy.
+    pub policy: Policy,
+    /// The embedded business database for memory/Redis stores.
+    pub business_path: Option<String>,
+    /// Run the completer in-process with this grace (milliseconds after a lease lapses).
+    pub completer_grace: Option<Duration>,
+    /// Serve the same endpoints without the idempotency layer (the benchmark baseline).
+    pub idempotency_off: bool,
+}
+
+impl App {
+    /// The business database.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// How long records are kept.
+    pub fn retention(&self) -> Duration {
+        self.inner.policy.retention
+    }
+
+    /// Aborts the process if `--crash-after` names this recovery point (testing only).
+    pub fn crash_point(&self, name: &str) {
+        if self.inner.crash_after.as_deref() == Some(name) {
+            eprintln!("oncely: --crash-after {name}: aborting now, as asked");
+            std::process::abort();
+        }
+    }
+
+    fn payment_created(&self) {
+        self.inner.payments_created.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls an outside system with a derived idempotency key; returns the status and JSON body.
+    pub async fn outside_call(&self, path: &str, key: &str, body: Value) -> Result<(u16, Value)> {
+        let resp = self
+            .inner
+            .http
+            .post(format!("{}/{path}", self.inner.processor_url))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("call the outside system at /{path}"))?;
+        let status = resp.status().as_u16();
+        let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+        Ok((status, body))
+    }
+}
+
+/// The authentication stand-in: `Authorization: Bearer <account>` -> [`Scope`].
+async fn authenticate(mut req: Request, next: Next) -> Response {
+    let account = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && a.len() <= 255 && a.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned);
+    match account {
+        Some(a) => {
+            req.extensions_mut().insert(Scope::new(a));
+            next.run(req).await
+        }
+        None if req.uri().path().starts_with("/v1/") => {
+            let body = json!({
+                "type": "urn:oncely:problem:unauthenticated",
+                "title": "Authentication required",
+                "status": 401,
+                "detail": "send Authorization: Bearer <account>",
+                "code": "unauthenticated",
+                "retryable": false,
+            });
+            let mut resp = (StatusCode::UNAUTHORIZED, body.to_string()).into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/problem+json"),
+            );
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            resp
+        }
+        None => next.run(req).await,
+    }
+}
+
+fn not_found(what: &str) -> Response {
+    let body = json!({
+        "type": "urn:oncely:problem:not_found", "title": "Not found", "status": 404,
+        "detail": format!("no such {what} for this account"), "code": "not_found", "retryable": false,
+    });
+    let mut resp = (StatusCode::NOT_FOUND, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    resp
+}
+
+fn internal(e: anyhow::Error) -> Response {
+    tracing::error!(error = %e, "request failed");
+    let body = json!({
+        "type": "urn:oncely:problem:internal", "title": "Internal error", "status": 503,
+        "detail": format!("{e:#}"), "code": "unavailable", "retryable": true,
+    });
+    let mut resp = (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    resp
+}
+
+async fn list_payments(State(app): State<App>, Extension(scope): Extension<Scope>) -> Response {
+    match app.db().payments(scope.as_str()).await {
+        Ok(p) => Json(json!({ "data": p })).into_response(),
+        Err(e) => internal(e),
+    }
+}
+
+async fn get_payment(
+    State(app): State<App>,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Response {
+    match app.db().payment_by_id(scope.as_str(), &id).await {
+        Ok(Some(p)) => Json(p).into_response(),
+        Ok(None) => not_found("payment"),
+        Err(e) => internal(e),
+    }
+}
+
+async fn list_orders(State(app): State<App>, Extension(scope): Extension<Scope>) -> Response {
+    match app.db().orders(scope.as_str()).await {
+        Ok(o) => Json(json!({ "data": o })).into_response(),
+        Err(e) => internal(e),
+    }
+}
+
+/// `GET /v1/idempotency-keys/{key}`: the state of the caller's key.
+async fn key_state(
+    State(app): State<App>,
+    Extension(scope): Extension<Scope>,
+    Path(key): Path<String>,
+) -> Response {
+    let key = match IdempotencyKey::new(&key) {
+        Ok(k) => k,
+        Err(e) => {
+            return payments::not_executed(
+                StatusCode::BAD_REQUEST,
+                "idempotency_key_invalid",
+                e.to_string(),
+                json!({}),
+            );
+        }
+    };
+    let window = oncely_core::clock::duration_millis(app.inner.policy.replay_window);
+    let now = SystemClock.now_millis();
+    let rec = match app
+        .inner
+        .store
+        .get(&RecordKey::new(scope, key.clone()))
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return internal(anyhow::anyhow!(e)),
+    };
+    let body = match rec {
+        None => json!({"key": key.as_str(), "state": "absent"}),
+        Some(r) => match r.state {
+            RecordState::Released => json!({"key": key.as_str(), "state": "absent"}),
+            RecordState::Complete {
+                completed_at,
+                response,
+            } if completed_at + window > now => json!({
+                "key": key.as_str(), "state": "complete", "status": response.status,
+                "completed_at": completed_at, "replays_until": completed_at + window,
+            }),
+            RecordState::Complete { completed_at, .. } => json!({
+                "key": key.as_str(), "state": "absent", "completed_at": completed_at,
+                "note": "the replay window has passed: reusing this key starts a new request",
+            }),
+            RecordState::InFlight {
+                lease_expires_at,
+                recovery_point,
+            } => json!({
+                "key": key.as_str(), "state": "in_flight", "lease_expires_at": lease_expires_at,
+                "recovery_point": recovery_point,
+            }),
+        },
+    };
+    Json(body).into_response()
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    let mut text = app.inner.metrics.render_prometheus();
+    text.push_str(
+        "# HELP oncely_payments_created_total Payments this process created (first executions).\n\
+         # TYPE oncely_payments_created_total counter\n",
+    );
+    text.push_str(&format!(
+        "oncely_payments_created_total {}\n",
+        app.inner.payments_created.load(Ordering::Relaxed)
+    ));
+    if let Ok(n) = app.db().payment_count().await {
+        text.push_str(
+            "# HELP oncely_payments Payments in the database.\n# TYPE oncely_payments gauge\n",
+        );
+        text.push_str(&format!("oncely_payments {n}\n"));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// Builds the router; `layer` is `None` for the baseline without idempotency.
+pub fn router(app: App, layer: Option<IdempotencyLayer>) -> Router {
+    let writes = Router::new()
+        .route("/v1/payments", post(payments::create_payment))
+        .route("/v1/orders", post(payments::create_order));
+    let writes = match layer {
+        Some(layer) => writes.route_layer(layer),
+        None => writes,
+    };
+    Router::new()
+        .merge(writes)
+        .route("/v1/payments", get(list_payments))
+        .route("/v1/payments/{id}", get(get_payment))
+        .route("/v1/orders", get(list_orders))
+        .route("/v1/idempotency-keys/{key}", get(key_state))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(middleware::from_fn(authenticate))
+        .with_state(app)
+}
+
+/// Opens the store and builds the app.
+pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
+    cfg.policy
+        .validate()
+        .context("invalid idempotency policy")?;
+    let opened = open(&cfg.store, cfg.business_path.as_deref()).await?;
+    let layer = IdempotencyLayer::new(opened.store.clone()).with_policy(cfg.policy.clone());
+    let app = App {
+        inner: Arc::new(Inner {
+            store: opened.store,
+            backend: opened.backend,
+            db: opened.db,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()?,
+            processor_url: cfg.processor_url.trim_end_matches('/').to_owned(),
+            crash_after: cfg.crash_after.clone(),
+            policy: cfg.policy.clone(),
+            metrics: layer.metrics(),
+            payments_created: AtomicU64::new(0),
+        }),
+    };
+    let router = router(app.clone(), (!cfg.idempotency_off).then_some(layer));
+    Ok((app, router))
+}
+
+impl App {
+    /// The key store.
+    pub fn store(&self) -> Arc<dyn KeyStore> {
+        self.inner.store.clone()
+    }
+}

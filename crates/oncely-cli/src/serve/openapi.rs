@@ -1,0 +1,166 @@
+//! The reference API's OpenAPI 3.1 document, served at `GET /openapi.json`.
+
+use serde_json::{Value, json};
+
+fn problem(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    })
+}
+
+fn write_responses(created: &str, schema: &str, extra: &[(&str, &str)]) -> Value {
+    let mut r = json!({
+        "201": {
+            "description": created,
+            "headers": {
+                "Location": {"schema": {"type": "string"}},
+                "Idempotent-Replayed": {"description": "`true` on a replay of a stored response.", "schema": {"type": "string", "enum": ["true"]}}
+            },
+            "content": {"application/json": {"schema": {"$ref": schema}}}
+        },
+        "400": problem("`idempotency_key_missing`, `idempotency_key_invalid` or `invalid_json`: nothing was executed."),
+        "401": problem("`unauthenticated`: send `Authorization: Bearer <account>`."),
+        "409": {
+            "description": "`idempotency_request_in_flight` (retryable; see `Retry-After`) or `idempotency_response_not_retained`.",
+            "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        },
+        "413": problem("`idempotency_request_too_large`."),
+        "422": problem("`idempotency_key_mismatch` (the key was used with another request; never retry) or `validation_failed` (nothing executed; correct and retry with the same key)."),
+        "503": {
+            "description": "`idempotency_store_unavailable` or `upstream_unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.",
+            "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
+            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        }
+    });
+    for (status, description) in extra {
+        r[*status] = problem(description);
+    }
+    r
+}
+
+fn read_responses(schema: Value) -> Value {
+    json!({
+        "200": {"description": "OK", "content": {"application/json": {"schema": schema}}},
+        "401": problem("`unauthenticated`."),
+        "404": problem("`not_found`.")
+    })
+}
+
+/// The document.
+pub fn document() -> Value {
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Oncely reference payments API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A reference API built with Oncely. Every POST requires an Idempotency-Key (1-255 visible ASCII characters, unique per logical operation; an event-derived key such as `order-confirm-{order_id}` is best). A retry with the same key and the same request replays the stored response with `Idempotent-Replayed: true` for 24 hours. Authentication is a stand-in: `Authorization: Bearer <account>`; the account is the idempotency scope."
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/payments": {
+                "post": {
+                    "operationId": "createPayment",
+                    "summary": "Create a payment: record it, charge the card, send a receipt.",
+                    "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PaymentRequest"}}}},
+                    "responses": write_responses("The payment.", "#/components/schemas/Payment", &[("402", "`card_declined`: stored and replayed like a success.")])
+                },
+                "get": {
+                    "operationId": "listPayments",
+                    "summary": "The caller's payments.",
+                    "responses": read_responses(json!({"type": "object", "properties": {"data": {"type": "array", "items": {"$ref": "#/components/schemas/Payment"}}}}))
+                }
+            },
+            "/v1/payments/{id}": {
+                "get": {
+                    "operationId": "getPayment",
+                    "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                    "responses": read_responses(json!({"$ref": "#/components/schemas/Payment"}))
+                }
+            },
+            "/v1/orders": {
+                "post": {
+                    "operationId": "createOrder",
+                    "summary": "Create an order (one transactional phase).",
+                    "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OrderRequest"}}}},
+                    "responses": write_responses("The order.", "#/components/schemas/Order", &[])
+                },
+                "get": {
+                    "operationId": "listOrders",
+                    "responses": read_responses(json!({"type": "object", "properties": {"data": {"type": "array", "items": {"$ref": "#/components/schemas/Order"}}}}))
+                }
+            },
+            "/v1/idempotency-keys/{key}": {
+                "get": {
+                    "operationId": "getIdempotencyKey",
+                    "summary": "The state of one of the caller's keys: absent, in_flight or complete, and until when it replays.",
+                    "parameters": [{"name": "key", "in": "path", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                    "responses": {
+                        "200": {"description": "The key's state.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/KeyState"}}}},
+                        "400": problem("`idempotency_key_invalid`."),
+                        "401": problem("`unauthenticated`.")
+                    }
+                }
+            },
+            "/metrics": {"get": {"operationId": "metrics", "security": [], "responses": {"200": {"description": "Prometheus text format.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/openapi.json": {"get": {"operationId": "openapi", "security": [], "responses": {"200": {"description": "This document.", "content": {"application/json": {"schema": {"type": "object"}}}}}}}
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "The bearer token is the account id (a stand-in for real authentication)."}},
+            "parameters": {
+                "IdempotencyKey": {
+                    "name": "Idempotency-Key", "in": "header", "required": true,
+                    "description": "1-255 visible ASCII characters; the quoted structured-field form (\"abc\") is accepted. Reuse it on every retry of one logical operation; never reuse it for another.",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"}
+                }
+            },
+            "schemas": {
+                "Problem": {
+                    "type": "object", "description": "RFC 9457 problem details.",
+                    "required": ["type", "title", "status", "code", "retryable"],
+                    "properties": {
+                        "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+                        "detail": {"type": "string"}, "code": {"type": "string"}, "retryable": {"type": "boolean"}
+                    }
+                },
+                "PaymentRequest": {
+                    "type": "object", "additionalProperties": false, "required": ["amount", "currency", "source"],
+                    "properties": {
+                        "amount": {"type": "integer", "minimum": 1, "maximum": 99_999_999_999_i64, "description": "Minor units (cents)."},
+                        "currency": {"type": "string", "pattern": "^[A-Za-z]{3}$"},
+                        "source": {"type": "string", "minLength": 1, "maxLength": 255, "description": "A card token; `tok_decline` is declined."},
+                        "description": {"type": ["string", "null"], "maxLength": 1000}
+                    }
+                },
+                "Payment": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"}, "amount": {"type": "integer"}, "currency": {"type": "string"},
+                        "status": {"type": "string", "enum": ["pending", "succeeded", "declined"]},
+                        "charge_id": {"type": ["string", "null"]}, "description": {"type": "string"},
+                        "created_at": {"type": "integer", "description": "Epoch milliseconds."}
+                    }
+                },
+                "OrderRequest": {
+                    "type": "object", "additionalProperties": false, "required": ["items"],
+                    "properties": {"items": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
+                        "type": "object", "additionalProperties": false, "required": ["sku", "quantity"],
+                        "properties": {"sku": {"type": "string", "minLength": 1, "maxLength": 64}, "quantity": {"type": "integer", "minimum": 1, "maximum": 10000}}
+                    }}}
+                },
+                "Order": {"type": "object", "properties": {"id": {"type": "string"}, "items": {"type": "array"}, "created_at": {"type": "integer"}}},
+                "KeyState": {
+                    "type": "object",
+                    "properties": {
+                        "key": {"type": "string"}, "state": {"type": "string", "enum": ["absent", "in_flight", "complete"]},
+                        "status": {"type": "integer"}, "completed_at": {"type": "integer"}, "replays_until": {"type": "integer", "description": "Epoch milliseconds."},
+                        "lease_expires_at": {"type": "integer"}, "recovery_point": {"type": ["string", "null"]}
+                    }
+                }
+            }
+        }
+    })
+}

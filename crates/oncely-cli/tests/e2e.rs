@@ -1,0 +1,402 @@
+//! End to end: `oncely serve` as a real process, driven over HTTP like the README's tour.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `oncely` child process, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(args: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(args)
+        .args(["--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start oncely");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines.next().expect("oncely printed its address").unwrap();
+        if let Some(u) = line.strip_prefix("oncely: listening on ") {
+            break u.trim().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, url }
+}
+
+struct Resp {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+async fn post(url: &str, path: &str, account: &str, key: Option<&str>, body: &str) -> Resp {
+    let mut req = reqwest::Client::new()
+        .post(format!("{url}{path}"))
+        .bearer_auth(account)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(k) = key {
+        req = req.header("idempotency-key", k);
+    }
+    let r = req.send().await.expect("request");
+    Resp {
+        status: r.status().as_u16(),
+        headers: r.headers().clone(),
+        body: r.bytes().await.unwrap().to_vec(),
+    }
+}
+
+async fn get_json(url: &str, account: &str) -> Value {
+    reqwest::Client::new()
+        .get(url)
+        .bearer_auth(account)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn metric(url: &str, name: &str) -> u64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_readme_tour_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tour.sqlite3");
+    let s = start(&["serve", "--store", db.to_str().unwrap()]);
+    let pay = r#"{"amount": 1999, "currency": "EUR", "source": "tok_visa"}"#;
+
+    // 1. A payment, then its retry with keys reordered: a byte-identical replay.
+    let first = post(
+        &s.url,
+        "/v1/payments",
+        "acct_1",
+        Some("order-confirm-42"),
+        pay,
+    )
+    .await;
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    let p = first.json();
+    assert_eq!(p["amount"], 1999);
+    assert_eq!(p["currency"], "EUR");
+    assert_eq!(p["status"], "succeeded");
+    assert!(p["charge_id"].as_str().unwrap().starts_with("ch_"));
+    assert!(first.headers.get("idempotent-replayed").is_none());
+    let reordered = r#"{"currency":"EUR",  "amount":1999, "source":"tok_visa"}"#;
+    let retry = post(
+        &s.url,
+        "/v1/payments",
+        "acct_1",
+        Some("order-confirm-42"),
+        reordered,
+    )
+    .await;
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.body, first.body);
+    assert_eq!(retry.headers["idempotent-replayed"], "true");
+    assert_eq!(retry.headers["location"], first.headers["location"]);
+    assert_eq!(metric(&s.url, "oncely_replays_total").await, 1);
+
+    // 2. The same key for another request: a mismatch, never a replay.
+    let other = r#"{"amount": 5000, "currency": "EUR", "source": "tok_visa"}"#;
+    let mismatch = post(
+        &s.url,
+        "/v1/payments",
+        "acct_1",
+        Some("order-confirm-42"),
+        other,
+    )
+    .await;
+    assert_eq!(mismatch.status, 422);
+    assert_eq!(mismatch.headers["content-type"], "application/problem+json");
+    assert_eq!(mismatch.json()["code"], "idempotency_key_mismatch");
+    assert_eq!(mismatch.json()["retryable"], false);
+
+    // 3. Two at once: one runs, the other sees it in flight (or, if the first already
+    //    finished, gets the replay). Repeat until the conflict is observed.
+    let mut saw_conflict = false;
+    for i in 0..20 {
+        let key = format!("order-confirm-concurrent-{i}");
+        let body = r#"{"amount": 700, "currency": "EUR", "source": "tok_visa"}"#;
+        let (a, b) = tokio::join!(
+            post(&s.url, "/v1/payments", "acct_1", Some(&key), body),
+            post(&s.url, "/v1/payments", "acct_1", Some(&key), body)
+        );
+        let mut statuses = [a.status, b.status];
+        statuses.sort();
+        assert!(
+            statuses == [201, 201] || statuses == [201, 409],
+            "{statuses:?}"
+        );
+        if statuses == [201, 409] {
+            let conflict = if a.status == 409 { &a } else { &b };
+            assert_eq!(conflict.json()["code"], "idempotency_request_in_flight");
+            assert_eq!(conflict.json()["retryable"], true);
+            assert!(conflict.headers.contains_key("retry-after"));
+            saw_conflict = true;
+            break;
+        }
+    }
+    assert!(saw_conflict, "never saw an in-flight conflict in 20 tries");
+
+    // The caller's payments: exactly the ones that ran.
+    let list = get_json(&format!("{}/v1/payments", s.url), "acct_1").await;
+    let n_before = list["data"].as_array().unwrap().len();
+
+    // 4. A bad body stores nothing: the key is released and the corrected request runs.
+    let bad = post(
+        &s.url,
+        "/v1/payments",
+        "acct_1",
+        Some("fix-me"),
+        r#"{"amount": -5, "currency": "EUR", "source": "tok_visa"}"#,
+    )
+    .await;
+    assert_eq!(bad.status, 422);
+    assert_eq!(bad.json()["code"], "validation_failed");
+    let state = get_json(&format!("{}/v1/idempotency-keys/fix-me", s.url), "acct_1").await;
+    assert_eq!(state["state"], "absent");
+    let list = get_json(&format!("{}/v1/payments", s.url), "acct_1").await;
+    assert_eq!(list["data"].as_array().unwrap().len(), n_before);
+    let fixed = post(&s.url, "/v1/payments", "acct_1", Some("fix-me"), pay).await;
+    assert_eq!(fixed.status, 201);
+    let state = get_json(&format!("{}/v1/idempotency-keys/fix-me", s.url), "acct_1").await;
+    assert_eq!(state["state"], "complete");
+    assert_eq!(state["status"], 201);
+
+    // 5. Another account with the same key: its own execution, its own data.
+    let b = post(
+        &s.url,
+        "/v1/payments",
+        "acct_2",
+        Some("order-confirm-42"),
+        other,
+    )
+    .await;
+    assert_eq!(b.status, 201);
+    assert_eq!(b.json()["amount"], 5000);
+    assert_ne!(b.json()["id"], p["id"]);
+
+    // 6. Missing and malformed keys.
+    let missing = post(&s.url, "/v1/payments", "acct_1", None, pay).await;
+    assert_eq!(missing.status, 400);
+    assert_eq!(missing.json()["code"], "idempotency_key_missing");
+    let long = "k".repeat(256);
+    let invalid = post(&s.url, "/v1/payments", "acct_1", Some(&long), pay).await;
+    assert_eq!(invalid.status, 400);
+    assert_eq!(invalid.json()["code"], "idempotency_key_invalid");
+
+    // 7. A declined card: 402, stored and replayed.
+    let decline = r#"{"amount": 10, "currency": "EUR", "source": "tok_decline"}"#;
+    let d1 = post(
+        &s.url,
+        "/v1/payments",
+        "acct_1",
+        Some("declined-1"),
+        decline,
+    )
+    .await;
+    assert_eq!(d1.status, 402);
+    let d2 = post(
+        &s.url,
+        "/v1/payments",
+        "acct_1",
+        Some("declined-1"),
+        decline,
+    )
+    .await;
+    assert_eq!(d2.status, 402);
+    assert_eq!(d2.body, d1.body);
+    assert_eq!(d2.headers["idempotent-replayed"], "true");
+
+    // 8. Orders: one transactional phase, replayed.
+    let order = r#"{"items": [{"sku": "A-1", "quantity": 2}]}"#;
+    let o1 = post(&s.url, "/v1/orders", "acct_1", Some("order-1"), order).await;
+    assert_eq!(o1.status, 201);
+    let o2 = post(&s.url, "/v1/orders", "acct_1", Some("order-1"), order).await;
+    assert_eq!(o2.body, o1.body);
+    let orders = get_json(&format!("{}/v1/orders", s.url), "acct_1").await;
+    assert_eq!(orders["data"].as_array().unwrap().len(), 1);
+
+    // 9. Unauthenticated writes are refused before anything else.
+    let anon = reqwest::Client::new()
+        .post(format!("{}/v1/payments", s.url))
+        .header("idempotency-key", "x")
+        .body(pay)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anon.status(), 401);
+}
+
+#[tokio::test]
+async fn openapi_documents_the_key_on_every_write() {
+    let s = start(&["serve", "--store", "memory"]);
+    let doc: Value = reqwest::get(format!("{}/openapi.json", s.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut writes = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if ["post", "patch", "put", "delete"].contains(&method.as_str()) {
+                writes += 1;
+                let params = op["parameters"].as_array().expect("parameters");
+                assert!(
+                    params
+                        .iter()
+                        .any(|p| p["$ref"] == "#/components/parameters/IdempotencyKey"),
+                    "{method} {path} lacks the Idempotency-Key parameter"
+                );
+                for status in ["400", "409", "422", "503"] {
+                    assert!(
+                        op["responses"][status].is_object(),
+                        "{method} {path} lacks {status}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(writes, 2);
+    assert_eq!(
+        doc["components"]["parameters"]["IdempotencyKey"]["name"],
+        "Idempotency-Key"
+    );
+    assert_eq!(
+        doc["components"]["parameters"]["IdempotencyKey"]["in"],
+        "header"
+    );
+    let _ = json!({});
+}
+
+#[test]
+fn contract_command_prints_the_checked_in_contract() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .arg("contract")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let on_disk = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/CONTRACT.md"
+    ))
+    .unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), on_disk);
+}
+
+#[test]
+fn gates_pass_on_the_embedded_default() {
+    // The main job, smaller: fewer concurrent requests and fleet calls so the suite stays fast.
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args([
+            "gates",
+            "--json",
+            "-n",
+            "50",
+            "--fleet-clients",
+            "8",
+            "--fleet-calls",
+            "5",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "gates printed no JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(report["passed"], true, "{report:#}");
+    assert!(out.status.success());
+    let gates = report["gates"].as_array().unwrap();
+    assert_eq!(gates.len(), 3);
+    assert_eq!(gates[0]["details"]["charge_executions"], 1);
+    assert_eq!(gates[0]["details"]["payments"], 1);
+    assert_eq!(gates[1]["details"]["repeated_outside_calls"], 0);
+    assert_eq!(gates[2]["details"]["duplicate_side_effects"], 0);
+}
+
+#[test]
+fn gates_pass_on_postgres_with_three_servers() {
+    let Ok(url) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
+        eprintln!(
+            "skipped: ONCELY_TEST_POSTGRES_URL is unset (e.g. postgres://postgres@127.0.0.1:5432/test)"
+        );
+        return;
+    };
+    // Issue acceptance: 300 concurrent identical requests spread across 3 API processes
+    // sharing one PostgreSQL, 10 times, zero failures.
+    for run in 0..10 {
+        let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+            .args([
+                "gates",
+                "--json",
+                "--store",
+                &url,
+                "-n",
+                "300",
+                "--fleet-clients",
+                "4",
+                "--fleet-calls",
+                "3",
+            ])
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "run {run}: gates printed no JSON ({e}):\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        assert_eq!(report["passed"], true, "run {run}: {report:#}");
+        let c = &report["gates"][0]["details"];
+        assert_eq!(c["servers"], 3);
+        assert_eq!(c["payments"], 1);
+        assert_eq!(c["charge_executions"], 1);
+        let _ = Duration::ZERO;
+    }
+}
