@@ -1,0 +1,383 @@
+//! Leases, heartbeats, replay windows and store timeouts, on paused tokio time (the memory
+//! store follows it through `TokioClock`), so every duration is exact and nothing sleeps.
+
+mod common;
+
+use axum::Router;
+use axum::routing::post;
+use common::*;
+use http::StatusCode;
+use oncely_core::{
+    ClaimKind, FencingToken, IdempotencyKey, InFlightBehavior, KeyStore, MemoryStore, Policy,
+    RecordKey, RecordState, Scope, StoreError, TokioClock,
+};
+use oncely_tower::{IdempotencyContext, IdempotencyLayer};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::{Instant, sleep};
+
+fn paused_store() -> MemoryStore {
+    MemoryStore::with_clock(Arc::new(TokioClock::new()))
+}
+
+fn id(scope: &str, key: &str) -> RecordKey {
+    RecordKey::new(Scope::new(scope), IdempotencyKey::new(key).unwrap())
+}
+
+/// Every claimed call's `(kind, token, recovery point)`, in order.
+type Seen = Arc<Mutex<Vec<(ClaimKind, i64, Option<String>)>>>;
+
+/// A handler that records its context, then on call `n` does `behaviour(n)` and answers
+/// `201 "owner <token>"`.
+fn recording_routes<F, Fut>(seen: Seen, behaviour: F) -> Router
+where
+    F: Fn(usize, IdempotencyContext) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    Router::new().route(
+        "/v1/payments",
+        post(move |ctx: IdempotencyContext| {
+            let (seen, behaviour) = (seen.clone(), behaviour.clone());
+            async move {
+                let n = {
+                    let mut s = seen.lock().unwrap();
+                    s.push((ctx.kind, ctx.token.0, ctx.recovery_point.clone()));
+                    s.len()
+                };
+                let token = ctx.token.0;
+                behaviour(n, ctx).await;
+                (StatusCode::CREATED, format!("owner {token}"))
+            }
+        }),
+    )
+}
+
+fn spawn_send(app: &Router, req: axum::extract::Request) -> tokio::task::JoinHandle<Got> {
+    let app = app.clone();
+    tokio::spawn(async move { send(&app, req).await })
+}
+
+const BODY: &str = r#"{"amount":100}"#;
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_that_stops_heartbeating_loses_the_key_and_its_late_writes_are_fenced() {
+    // The owner's renewals never reach the store (a partition, a paused VM): its lease lapses
+    // after 30 s, a retry takes over with a new token, and the old owner's completion, when it
+    // finally comes, is rejected and changes nothing.
+    let mem = paused_store();
+    let store = Arc::new(FaultStore::new(mem.clone(), Fault::NoRenew));
+    let layer = IdempotencyLayer::new(store.clone());
+    let metrics = layer.metrics();
+    let seen: Seen = Arc::default();
+    let unblock = Arc::new(Notify::new());
+    let gate = unblock.clone();
+    let app = app(
+        layer,
+        recording_routes(seen.clone(), move |n, _| {
+            let gate = gate.clone();
+            async move {
+                if n == 1 {
+                    gate.notified().await;
+                }
+            }
+        }),
+    );
+    let req = || post_req("/v1/payments", "acct", Some("pay-1"), BODY);
+    let first = spawn_send(&app, req());
+    sleep(Duration::from_secs(29)).await;
+    let early = send(&app, req()).await;
+    assert_eq!(early.code(), "idempotency_request_in_flight", "lease still alive at 29 s");
+    assert_eq!(early.headers["retry-after"], "1");
+
+    sleep(Duration::from_secs(2)).await; // t = 31 s: the lease lapsed at 30 s
+    let second = send(&app, req()).await;
+    assert_eq!(second.status, StatusCode::CREATED);
+    assert_eq!(&second.body[..], b"owner 2");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(ClaimKind::New, 1, None), (ClaimKind::Takeover, 2, None)],
+        "the new owner got a new token"
+    );
+
+    // The old owner finishes late: its caller still gets its response...
+    unblock.notify_one();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(&first.body[..], b"owner 1");
+    // ...but its completion was fenced and the record is the new owner's.
+    let m = metrics.snapshot();
+    assert_eq!((m.claims, m.lease_takeovers, m.fencing_rejections), (2, 1, 1));
+    let rec = mem.get(&id("acct", "pay-1")).await.unwrap().unwrap();
+    assert_eq!(rec.token, FencingToken(2));
+    let RecordState::Complete { response, .. } = &rec.state else {
+        panic!("not complete: {rec:?}")
+    };
+    assert_eq!(response.body, b"owner 2".to_vec());
+    // A stale release changes nothing either.
+    assert!(matches!(
+        mem.release(&id("acct", "pay-1"), FencingToken(1)).await,
+        Err(StoreError::Fenced)
+    ));
+    assert_eq!(mem.get(&id("acct", "pay-1")).await.unwrap().unwrap(), rec);
+    let replay = send(&app, req()).await;
+    assert!(replay.replayed());
+    assert_eq!(&replay.body[..], b"owner 2");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_heartbeat_keeps_a_slow_live_owner_from_being_taken_over() {
+    let mem = paused_store();
+    let layer = IdempotencyLayer::new(Arc::new(mem.clone())); // lease 30 s, heartbeat 10 s
+    let metrics = layer.metrics();
+    let seen: Seen = Arc::default();
+    let app = app(
+        layer,
+        recording_routes(seen.clone(), |_, _| sleep(Duration::from_secs(100))),
+    );
+    let req = || post_req("/v1/payments", "acct", Some("slow"), BODY);
+    let started = Instant::now();
+    let first = spawn_send(&app, req());
+    for at in [35, 65, 95] {
+        sleep_until_secs(started, at).await;
+        let dup = send(&app, req()).await;
+        assert_eq!(dup.code(), "idempotency_request_in_flight", "at {at} s");
+        assert_eq!(dup.headers["retry-after"], "1");
+    }
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(started.elapsed(), Duration::from_secs(100));
+    assert_eq!(seen.lock().unwrap().len(), 1, "never taken over");
+    let m = metrics.snapshot();
+    assert_eq!((m.lease_takeovers, m.in_flight_conflicts, m.fencing_rejections), (0, 3, 0));
+    assert!(send(&app, req()).await.replayed());
+}
+
+async fn sleep_until_secs(start: Instant, secs: u64) {
+    tokio::time::sleep_until(start + Duration::from_secs(secs)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_owner_is_taken_over_after_its_lease_and_resumes_at_its_recovery_point() {
+    // Case S1: the owner dies mid-request (its future is dropped: the heartbeat stops with
+    // it). Every retry inside the lease gets 409 with Retry-After; the first retry after the
+    // lease lapses takes over with a new token and the recovery point.
+    let mem = paused_store();
+    let layer = IdempotencyLayer::new(Arc::new(mem.clone()));
+    let seen: Seen = Arc::default();
+    let app = app(
+        layer,
+        recording_routes(seen.clone(), |n, ctx: IdempotencyContext| async move {
+            if n == 1 {
+                ctx.checkpoint("charged").await.unwrap();
+                std::future::pending::<()>().await; // the crash happens in here
+            }
+        }),
+    );
+    let req = || post_req("/v1/payments", "acct", Some("s1"), BODY);
+    let started = Instant::now();
+    let owner = spawn_send(&app, req());
+    sleep(Duration::from_secs(1)).await;
+    owner.abort(); // the process died at t = 1 s; its lease (from its claim at t = 0) ends at 30 s
+    assert!(owner.await.unwrap_err().is_cancelled());
+
+    for at in [2, 10, 20, 29] {
+        sleep_until_secs(started, at).await;
+        let got = send(&app, req()).await;
+        assert_eq!(got.status, StatusCode::CONFLICT, "at {at} s");
+        assert_eq!(got.code(), "idempotency_request_in_flight");
+        assert_eq!(got.headers["retry-after"], "1", "every 409 carries Retry-After");
+    }
+    sleep_until_secs(started, 31).await;
+    let resumed = send(&app, req()).await;
+    assert_eq!(resumed.status, StatusCode::CREATED);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            (ClaimKind::New, 1, None),
+            (ClaimKind::Takeover, 2, Some("charged".to_owned()))
+        ]
+    );
+    assert!(send(&app, req()).await.replayed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_the_replay_window_the_same_key_executes_again_as_new() {
+    let mem = paused_store();
+    let layer = IdempotencyLayer::new(Arc::new(mem.clone()));
+    let seen: Seen = Arc::default();
+    let app = app(layer, recording_routes(seen.clone(), |_, _| async {}));
+    let req = || post_req("/v1/payments", "acct", Some("w"), BODY);
+    let first = send(&app, req()).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    sleep(Duration::from_secs(24 * 3600 - 1)).await;
+    let inside = send(&app, req()).await;
+    assert!(inside.replayed(), "one second before the window ends");
+    sleep(Duration::from_secs(1)).await;
+    let after = send(&app, req()).await;
+    assert_eq!(after.status, StatusCode::CREATED);
+    assert!(!after.replayed());
+    assert_eq!(&after.body[..], b"owner 2");
+    // A different body after the window is a brand-new request too, never an error.
+    sleep(Duration::from_secs(24 * 3600)).await;
+    let other = send(&app, post_req("/v1/payments", "acct", Some("w"), r#"{"amount":5}"#)).await;
+    assert_eq!(other.status, StatusCode::CREATED);
+    assert_eq!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.0)
+            .collect::<Vec<_>>(),
+        vec![ClaimKind::New, ClaimKind::AfterReplayWindow, ClaimKind::AfterReplayWindow]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_store_times_out_to_503_and_the_handler_never_runs() {
+    // Case S7: the store never answers; the default store timeout is 5 s.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let routes = Router::new().route(
+        "/v1/payments",
+        post(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { "ran" }
+        }),
+    );
+    let layer = IdempotencyLayer::new(Arc::new(FaultStore::new(paused_store(), Fault::HangClaim)));
+    let metrics = layer.metrics();
+    let app = app(layer, routes);
+    let started = Instant::now();
+    let got = send(&app, post_req("/v1/payments", "acct", Some("h"), BODY)).await;
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(got.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(got.code(), "idempotency_store_unavailable");
+    assert_eq!(got.headers["retry-after"], "1");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(metrics.snapshot().store_errors, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fifty_concurrent_requests_on_a_slow_store_run_at_most_once() {
+    // Case S7: the store answers in 200 ms. With a 5 s timeout the claim arbitrates (one
+    // execution, the rest 409); with a 100 ms timeout nothing runs and everyone gets 503.
+    for (timeout, want_calls) in [(Duration::from_secs(5), 1), (Duration::from_millis(100), 0)] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let routes = Router::new().route(
+            "/v1/payments",
+            post(move || {
+                let c = c.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    sleep(Duration::from_millis(100)).await;
+                    (StatusCode::CREATED, "paid")
+                }
+            }),
+        );
+        let store = FaultStore::new(paused_store(), Fault::SlowClaim(Duration::from_millis(200)));
+        let layer = IdempotencyLayer::new(Arc::new(store)).with_store_timeout(timeout);
+        let app = app(layer, routes);
+        let tasks: Vec<_> = (0..50)
+            .map(|_| spawn_send(&app, post_req("/v1/payments", "acct", Some("s7"), BODY)))
+            .collect();
+        let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+        for t in tasks {
+            let got = t.await.unwrap();
+            match got.status.as_u16() {
+                201 => assert_eq!(&got.body[..], b"paid"),
+                409 => assert_eq!(got.code(), "idempotency_request_in_flight"),
+                503 => assert_eq!(got.code(), "idempotency_store_unavailable"),
+                other => panic!("unexpected {other}"),
+            }
+            *statuses.entry(got.status.as_u16()).or_default() += 1;
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), want_calls, "{timeout:?}");
+        if want_calls == 1 {
+            assert_eq!(statuses, [(201, 1), (409, 49)].into_iter().collect());
+        } else {
+            assert_eq!(statuses, [(503, 50)].into_iter().collect());
+        }
+    }
+}
+
+fn slow_counting_routes(calls: Arc<AtomicUsize>, work: Duration) -> Router {
+    Router::new().route(
+        "/v1/payments",
+        post(move |body: String| {
+            let calls = calls.clone();
+            async move {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                sleep(work).await;
+                (
+                    StatusCode::CREATED,
+                    [("x-call", n.to_string())],
+                    format!("created {body} by call {n}"),
+                )
+            }
+        }),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn near_simultaneous_duplicates_execute_once() {
+    // Case S5: two POSTs 5 ms apart, a 300 ms handler. Reject mode: the second gets 409.
+    // Wait mode: it gets the replay once the first completes.
+    for wait in [false, true] {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut policy = Policy::default();
+        if wait {
+            policy.in_flight = InFlightBehavior::Wait {
+                max: Duration::from_secs(2),
+                poll: Duration::from_millis(20),
+            };
+        }
+        let layer = IdempotencyLayer::new(Arc::new(paused_store())).with_policy(policy);
+        let app = app(layer, slow_counting_routes(calls.clone(), Duration::from_millis(300)));
+        let req = || post_req("/v1/payments", "acct", Some("s5"), BODY);
+        let started = Instant::now();
+        let first = spawn_send(&app, req());
+        sleep(Duration::from_millis(5)).await;
+        let second = send(&app, req()).await;
+        let first = first.await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "wait={wait}");
+        assert_eq!(first.status, StatusCode::CREATED);
+        if wait {
+            assert!(second.replayed());
+            assert_eq!(second.status, StatusCode::CREATED);
+            assert_eq!(second.body, first.body);
+            assert_eq!(comparable_headers(&second.headers), comparable_headers(&first.headers));
+            // Answered at the first poll after completion (t = 300 ms), not at the bound.
+            assert!(started.elapsed() < Duration::from_millis(330), "{:?}", started.elapsed());
+        } else {
+            assert_eq!(second.code(), "idempotency_request_in_flight");
+            assert_eq!(second.headers["retry-after"], "1");
+            assert_eq!(second.json()["retryable"], true);
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_mode_answers_409_at_its_bound_and_never_runs_the_handler() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(Arc::new(paused_store())).with_policy(Policy {
+        in_flight: InFlightBehavior::Wait {
+            max: Duration::from_secs(1),
+            poll: Duration::from_millis(100),
+        },
+        ..Policy::default()
+    });
+    let app = app(layer, slow_counting_routes(calls.clone(), Duration::from_secs(10)));
+    let req = || post_req("/v1/payments", "acct", Some("wait"), BODY);
+    let first = spawn_send(&app, req());
+    sleep(Duration::from_millis(1)).await;
+    let started = Instant::now();
+    let second = send(&app, req()).await;
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    assert_eq!(second.code(), "idempotency_request_in_flight");
+    assert_eq!(second.headers["retry-after"], "1");
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
