@@ -45,9 +45,7 @@ pub(crate) fn record(f: &Fields) -> Result<Option<Record>, StoreError> {
     let fingerprint = Fingerprint::from_stored(int(f, "fp_v")?, bytes(f, "fp")?)
         .map_err(|e| corrupt(format!("fingerprint: {e}")))?;
     let request = match f.get(b"req".as_slice()) {
-        Some(b) => {
-            Some(StoredRequest::decode(b).map_err(|e| corrupt(format!("request: {e}")))?)
-        }
+        Some(b) => Some(StoredRequest::decode(b).map_err(|e| corrupt(format!("request: {e}")))?),
         None => None,
     };
     let state = match bytes(f, "state")? {
@@ -68,7 +66,12 @@ pub(crate) fn record(f: &Fields) -> Result<Option<Record>, StoreError> {
             completed_at: int(f, "completed")?,
         },
         b"released" => RecordState::Released,
-        other => return Err(corrupt(format!("unknown state {:?}", String::from_utf8_lossy(other)))),
+        other => {
+            return Err(corrupt(format!(
+                "unknown state {:?}",
+                String::from_utf8_lossy(other)
+            )));
+        }
     };
     Ok(Some(Record {
         scope,

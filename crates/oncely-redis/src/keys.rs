@@ -38,7 +38,13 @@ pub(crate) fn escape(s: &str) -> String {
 pub fn record_key(namespace: &str, id: &RecordKey) -> String {
     let scope = escape(id.scope.as_str());
     let key = escape(id.key.as_str());
-    format!("{}:{{{}:{}:{}}}", escape(namespace), scope.len(), scope, key)
+    format!(
+        "{}:{{{}:{}:{}}}",
+        escape(namespace),
+        scope.len(),
+        scope,
+        key
+    )
 }
 
 /// The `SCAN ... MATCH` pattern that matches every record key of `namespace` and nothing else:
@@ -66,7 +72,10 @@ mod tests {
 
     #[test]
     fn layout_is_length_prefixed_and_tagged() {
-        assert_eq!(record_key("oncely", &id("acct_1", "k-1")), "oncely:{6:acct_1:k-1}");
+        assert_eq!(
+            record_key("oncely", &id("acct_1", "k-1")),
+            "oncely:{6:acct_1:k-1}"
+        );
         assert_eq!(
             record_key("oncely", &id("a}b", "{x}")),
             "oncely:{5:a%7Db:%7Bx%7D}"

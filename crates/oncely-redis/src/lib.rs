@@ -38,11 +38,28 @@
 //!
 //! # How it is stored
 //!
-//! One hash per `(scope, key)` at [`record_key`] (`oncely:{<scope-len>:<scope>:<key>}`), whose
-//! fields are listed in the scripts' documentation; each of claim, renew, checkpoint, complete
-//! and release is one script touching only that key. See [`RedisStore`] for the guarantees,
-//! [`ClockSource`] for the clock rule, and [`KeyStore::reap`](oncely_core::KeyStore::reap) on
-//! [`RedisStore`] for why Redis expiry does the reaping.
+//! One hash per `(scope, key)` at [`record_key`] (`oncely:{<scope-len>:<scope>:<key>}`); each
+//! of claim, renew, checkpoint, complete and release is one Lua script that touches only that
+//! key (one round trip, atomic on the server). The fields:
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `scope`, `key` | the identity, verbatim |
+//! | `fp_v`, `fp` | fingerprint algorithm version (decimal) and 32-byte digest (raw bytes) |
+//! | `token` | the fencing token (decimal; +1 on every claim, never reset while the hash lives) |
+//! | `state` | `in_flight`, `complete` or `released` |
+//! | `lease`, `rp` | in flight: lease expiry (epoch ms) and recovery point (absent when none) |
+//! | `created`, `expires` | claim time and end of retention (epoch ms) |
+//! | `req` | the stored request (JSON, [`StoredRequest::encode`](oncely_core::StoredRequest::encode)); absent when none |
+//! | `status`, `headers`, `body`, `retained`, `completed` | complete: the response (headers as JSON, body raw) and completion time (epoch ms) |
+//!
+//! Every write also sets the hash's Redis TTL to `expires - now`, so Redis deletes the record by
+//! itself when its retention ends. `expires` is never earlier than a live lease's end, so a
+//! record (and with it its token counter) cannot vanish under a live owner.
+//!
+//! See [`RedisStore`] for the guarantees, [`ClockSource`] for the clock rule, and
+//! [`KeyStore::reap`](oncely_core::KeyStore::reap) on [`RedisStore`] for why Redis expiry does
+//! the reaping.
 //!
 //! # What is not promised
 //!

@@ -7,22 +7,7 @@
 //! [`ClockSource`](crate::ClockSource)). A script that calls `TIME` and then writes needs
 //! effects replication, the default since Redis 5 and the only mode since Redis 7.
 //!
-//! # The hash fields
-//!
-//! | field | meaning |
-//! |---|---|
-//! | `scope`, `key` | the identity, verbatim |
-//! | `fp_v`, `fp` | fingerprint algorithm version (decimal) and 32-byte digest (raw bytes) |
-//! | `token` | the fencing token (decimal; +1 on every claim, never reset while the hash lives) |
-//! | `state` | `in_flight`, `complete` or `released` |
-//! | `lease`, `rp` | in flight: lease expiry (epoch ms) and recovery point (absent when none) |
-//! | `created`, `expires` | claim time and end of retention (epoch ms) |
-//! | `req` | the stored request (JSON, [`StoredRequest::encode`](oncely_core::StoredRequest::encode)); absent when none |
-//! | `status`, `headers`, `body`, `retained`, `completed` | complete: the response (headers as JSON, body raw) and completion time (epoch ms) |
-//!
-//! Every write also sets the hash's Redis TTL to `expires - now`, so Redis deletes the record by
-//! itself when its retention ends. `expires` is never earlier than a live lease's end, so a
-//! record (and with it its token counter) cannot vanish under a live owner.
+//! The hash fields are listed in the crate documentation ("How it is stored").
 
 /// Helpers shared by every script, as a literal so that `concat!` can prepend them.
 macro_rules! prelude {

@@ -306,15 +306,19 @@ impl RedisStore {
                 })
                 .await?;
             // SCAN may return a key more than once.
-            let found: Vec<Vec<u8>> = found.into_iter().filter(|k| seen.insert(k.clone())).collect();
+            let found: Vec<Vec<u8>> = found
+                .into_iter()
+                .filter(|k| seen.insert(k.clone()))
+                .collect();
             if !found.is_empty() {
                 let mut pipe = redis::pipe();
                 for k in &found {
                     pipe.cmd("HMGET").arg(k).arg(fields);
                 }
                 let mut conn = self.conn.clone();
-                let rows: Vec<Vec<Option<Vec<u8>>>> =
-                    self.run(async move { pipe.query_async(&mut conn).await }).await?;
+                let rows: Vec<Vec<Option<Vec<u8>>>> = self
+                    .run(async move { pipe.query_async(&mut conn).await })
+                    .await?;
                 for (k, row) in found.into_iter().zip(rows) {
                     if let Some(t) = keep(&row) {
                         out.push((t, k));
@@ -483,13 +487,9 @@ impl KeyStore for RedisStore {
     }
 
     async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        self.write(
-            &SCRIPTS.release,
-            id,
-            vec![token.0.to_string().into_bytes()],
-        )
-        .await
-        .map(drop)
+        self.write(&SCRIPTS.release, id, vec![token.0.to_string().into_bytes()])
+            .await
+            .map(drop)
     }
 
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
@@ -599,14 +599,18 @@ impl KeyStore for RedisStore {
             pipe.cmd("HGETALL").arg(k);
         }
         let mut conn = self.conn.clone();
-        let rows: Vec<Fields> = self.run(async move { pipe.query_async(&mut conn).await }).await?;
+        let rows: Vec<Fields> = self
+            .run(async move { pipe.query_async(&mut conn).await })
+            .await?;
         let mut out = Vec::with_capacity(rows.len());
         for fields in &rows {
-            if let Some(rec) = decode::record(fields)? {
-                if matches!(rec.state, RecordState::InFlight { lease_expires_at, .. } if lease_expires_at <= cutoff)
-                {
-                    out.push(rec);
-                }
+            if let Some(rec) = decode::record(fields)?
+                && let RecordState::InFlight {
+                    lease_expires_at, ..
+                } = rec.state
+                && lease_expires_at <= cutoff
+            {
+                out.push(rec);
             }
         }
         out.sort_by_key(|r| match r.state {

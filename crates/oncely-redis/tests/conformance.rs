@@ -13,8 +13,7 @@ async fn make(clock: ManualClock) -> Option<RedisStore> {
         eprintln!("skipping: ONCELY_TEST_REDIS_URL is not set");
         return None;
     };
-    let config =
-        RedisConfig::new().with_namespace(format!("oncely-test-{}", uuid::Uuid::new_v4()));
+    let config = RedisConfig::new().with_namespace(format!("oncely-test-{}", uuid::Uuid::new_v4()));
     let store = RedisStore::connect_with(&url, config)
         .await
         .expect("connect to ONCELY_TEST_REDIS_URL");

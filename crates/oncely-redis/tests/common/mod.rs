@@ -1,0 +1,51 @@
+//! Helpers shared by the Redis integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use oncely_core::conformance::{RETENTION, WINDOW, fp};
+use oncely_core::{ClaimRequest, IdempotencyKey, RecordKey, Scope, StoredResponse};
+use std::time::Duration;
+
+/// The shared test server's URL, or `None` after printing why the test is skipped.
+pub fn redis_url() -> Option<String> {
+    match std::env::var("ONCELY_TEST_REDIS_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            eprintln!("skipping: ONCELY_TEST_REDIS_URL is not set");
+            None
+        }
+    }
+}
+
+/// A `(scope, key)` in a scope nobody else uses.
+pub fn fresh_id(test: &str) -> RecordKey {
+    RecordKey::new(
+        Scope::new(format!("redis-{test}-{}", uuid::Uuid::new_v4())),
+        IdempotencyKey::new("key-1").unwrap(),
+    )
+}
+
+/// A claim request for `body` with the given lease.
+pub fn claim_req(id: &RecordKey, body: &str, lease: Duration) -> ClaimRequest {
+    ClaimRequest {
+        id: id.clone(),
+        fingerprint: fp(body),
+        lease,
+        replay_window: WINDOW,
+        retention: RETENTION,
+        request: None,
+    }
+}
+
+/// A response whose body says who wrote it.
+pub fn response(body: &str) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![
+            ("content-type".into(), b"application/json".to_vec()),
+            ("x-multi".into(), b"1".to_vec()),
+            ("x-multi".into(), b"2".to_vec()),
+        ],
+        body: body.as_bytes().to_vec(),
+        body_retained: true,
+    }
+}
