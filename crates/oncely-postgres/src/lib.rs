@@ -26,7 +26,6 @@
 //!     ClaimOutcome::Claimed(claim) => { /* run the handler, in phases */ }
 //!     ClaimOutcome::Replay { response, .. } => { /* replay it */ }
 //!     ClaimOutcome::InFlight { .. } | ClaimOutcome::Mismatch => { /* 409 / 422 */ }
-//!     _ => {}
 //! }
 //! # Ok(()) }
 //! ```
