@@ -41,6 +41,5 @@ mod store;
 
 pub use phase::Phase;
 pub use store::{
-    ACQUIRE_TIMEOUT, BUSY_TIMEOUT, MAX_CONNECTIONS, SqliteStore, SqliteStoreError,
-    connect_options,
+    ACQUIRE_TIMEOUT, BUSY_TIMEOUT, MAX_CONNECTIONS, SqliteStore, SqliteStoreError, connect_options,
 };

@@ -252,7 +252,11 @@ impl Phase {
         if rolled_back.is_err() {
             self.discard_lost_transaction().await;
             let Phase {
-                tx, id, token, pool, ..
+                tx,
+                id,
+                token,
+                pool,
+                ..
             } = self;
             // End the transaction first: the release below needs the write lock it may hold.
             if let Err(e) = tx.rollback().await {

@@ -64,9 +64,9 @@ pub(crate) fn decode_record(row: &SqliteRow) -> Result<Record, StoreError> {
 
     let request = match col::<Option<Vec<u8>>>(row, "request")? {
         None => None,
-        Some(bytes) => Some(
-            StoredRequest::decode(&bytes).map_err(|e| corrupt(&format!("request: {e}")))?,
-        ),
+        Some(bytes) => {
+            Some(StoredRequest::decode(&bytes).map_err(|e| corrupt(&format!("request: {e}")))?)
+        }
     };
 
     Ok(Record {

@@ -47,6 +47,18 @@ const MAX_CLAIM_ATTEMPTS: usize = 8;
 /// database file neither sees ours as "missing" nor collides with our version numbers.
 const MIGRATIONS_TABLE: &str = "_oncely_sqlite_migrations";
 
+/// Whether an error is SQLite's `SQLITE_BUSY` or `SQLITE_LOCKED` (any extended code).
+fn is_busy(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
+/// How many times [`SqliteStore::connect`] tries to open a fresh file that other processes are
+/// opening at the same moment.
+const OPEN_ATTEMPTS: u32 = 5;
+
 /// How many times [`SqliteStore::migrate`] retries when several processes (or pools) migrate a
 /// fresh file at the same moment and one of them loses the race.
 const MIGRATE_ATTEMPTS: u32 = 5;
@@ -188,7 +200,7 @@ impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let options = connect_options(url)?;
         let memory = is_in_memory(url);
-        let pool = SqlitePoolOptions::new()
+        let pool_options = SqlitePoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .min_connections(u32::from(memory))
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -201,10 +213,23 @@ impl SqliteStore {
                 None
             } else {
                 Some(Duration::from_secs(1800))
-            })
-            .connect_with(options)
-            .await
-            .map_err(map_sqlx)?;
+            });
+        // The first connection to a fresh file switches it to WAL, which needs an exclusive
+        // lock that SQLite's busy timeout does not wait for: when several processes open a new
+        // file at once, the losers get SQLITE_BUSY at once. Retry those (a later attempt finds
+        // the file already in WAL mode, which needs no such lock).
+        let mut attempt = 1;
+        let pool = loop {
+            match pool_options.clone().connect_with(options.clone()).await {
+                Ok(pool) => break pool,
+                Err(e) if attempt < OPEN_ATTEMPTS && is_busy(&e) => {
+                    tracing::debug!(error = %e, attempt, "oncely-sqlite: opening raced, retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(map_sqlx(e)),
+            }
+        };
         let store = Self::from_pool(pool, Arc::new(SystemClock));
         store.migrate().await?;
         Ok(store)
@@ -430,10 +455,7 @@ impl KeyStore for SqliteStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<UnixMillis, StoreError> {
-        let until = self
-            .clock
-            .now_millis()
-            .saturating_add(lease_millis(lease));
+        let until = self.clock.now_millis().saturating_add(lease_millis(lease));
         self.owner_write(
             sqlx::query(sql::RENEW)
                 .bind(until)
@@ -452,10 +474,7 @@ impl KeyStore for SqliteStore {
         recovery_point: &str,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        let until = self
-            .clock
-            .now_millis()
-            .saturating_add(lease_millis(lease));
+        let until = self.clock.now_millis().saturating_add(lease_millis(lease));
         self.owner_write(
             sqlx::query(sql::CHECKPOINT)
                 .bind(recovery_point)

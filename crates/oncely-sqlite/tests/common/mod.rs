@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ManualClock, ReapReport, Record,
-    RecordKey, StoreError, StoredResponse, UnixMillis,
+    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ManualClock, ReapReport, Record, RecordKey,
+    StoreError, StoredResponse, UnixMillis,
 };
 use oncely_sqlite::SqliteStore;
 use std::path::{Path, PathBuf};
