@@ -1,0 +1,222 @@
+//! The checks' stable names, and what they share.
+//!
+//! | name | what is checked | FAIL names |
+//! |---|---|---|
+//! | [`CONCURRENCY`] | `concurrency` identical requests with one fresh key, fired at once: at most one execution (distinct `id`s in the 2xx bodies, and the count URL's growth), all 2xx bodies identical, the others `409` | [`CHECK_THEN_INSERT_RACE`](super::anti_patterns::CHECK_THEN_INSERT_RACE), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR), [`REPLAY_DIFFERS`](super::anti_patterns::REPLAY_DIFFERS), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
+//! | [`REPLAY_FIDELITY`] | the same request again after it completed: same status, byte-identical body, same significant headers | [`KEY_IGNORED`](super::anti_patterns::KEY_IGNORED), [`REPLAY_DIFFERS`](super::anti_patterns::REPLAY_DIFFERS), [`REPLAY_DROPS_HEADERS`](super::anti_patterns::REPLAY_DROPS_HEADERS) |
+//! | [`PAYLOAD_MISMATCH`] | the same key with one value of the body changed: a 4xx, never a replay, never an execution | [`SILENT_MISMATCH_REPLAY`](super::anti_patterns::SILENT_MISMATCH_REPLAY), [`MISMATCH_EXECUTED`](super::anti_patterns::MISMATCH_EXECUTED), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR) |
+//! | [`CANONICAL_JSON`] | the same key with the same JSON, keys reordered and whitespace added: a replay | [`FALSE_MISMATCH`](super::anti_patterns::FALSE_MISMATCH), [`BYTE_LEVEL_KEYING`](super::anti_patterns::BYTE_LEVEL_KEYING), [`REPLAY_DIFFERS`](super::anti_patterns::REPLAY_DIFFERS) |
+//! | [`CROSS_ENDPOINT`] | the same key on the other endpoint: anything but a replay of the first endpoint's response | [`CROSS_ENDPOINT_REPLAY`](super::anti_patterns::CROSS_ENDPOINT_REPLAY) |
+//! | [`CROSS_SCOPE`] | the same key and body under the second credential: an independent execution | [`GLOBAL_KEY_SCOPE`](super::anti_patterns::GLOBAL_KEY_SCOPE) |
+//! | [`MALFORMED_KEYS`] | an empty key, a 256-character key, a non-ASCII key (raw UTF-8 bytes), the header twice: `400` each | [`NO_KEY_VALIDATION`](super::anti_patterns::NO_KEY_VALIDATION), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
+//! | [`MISSING_KEY`] | no key on the endpoint: `400` (with a problem body, else a note) | [`KEY_OPTIONAL`](super::anti_patterns::KEY_OPTIONAL), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
+//! | [`IN_FLIGHT`] | a duplicate sent while the first is still running (half the baseline latency later): `409` with a valid `Retry-After` and a machine-readable code, or a wait and a replay; every `409` of the concurrency check must carry both too | [`BINARY_KEY_STATE`](super::anti_patterns::BINARY_KEY_STATE), [`UNHELPFUL_IN_FLIGHT`](super::anti_patterns::UNHELPFUL_IN_FLIGHT), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
+//! | [`EXPIRY`] | after `window` plus a margin, the first key again: a new execution | [`NEVER_EXPIRES`](super::anti_patterns::NEVER_EXPIRES), [`EXPIRED_KEY_ERROR`](super::anti_patterns::EXPIRED_KEY_ERROR) |
+//!
+//! ## Decisions worth knowing
+//!
+//! - **The `Idempotent-Replayed: true` marker.** A replay that is otherwise faithful but
+//!   unmarked is a PASS with a note, not a FAIL: the marker is Stripe's convention and Oncely's
+//!   contract, but the IETF draft does not require it, and an unmarked faithful replay breaks no
+//!   client. A replay that differs from the original is a FAIL whether marked or not.
+//! - **Mismatch status.** `422` passes (the IETF draft's choice). `400` (Stripe) and `409`
+//!   (Resend) pass with a note: a `409` is retried by many generic retry loops, and a `400` cannot
+//!   be told from a validation error without its code. Any other 4xx passes with a note.
+//! - **Significant headers** compared in a replay: `Location`, `Content-Type`,
+//!   `Content-Location`, `ETag`, `Link` and every `x-*` header except per-exchange ones
+//!   (`x-request-id`, `x-ratelimit-*`, timing and cache diagnostics). `Date` is ignored.
+//! - **Counting executions.** Distinct `id` (or `data.id`) values in the 2xx bodies; without
+//!   ids, distinct 2xx bodies; with a count URL, also its growth (which counts other traffic on a
+//!   shared deployment too: audit a quiet one).
+//! - **A missing key on `PUT`/`DELETE`** is a PASS with a note when accepted: those methods are
+//!   idempotent by RFC 9110 section 9.2.2, and Oncely accepts but does not require a key on them.
+
+pub(crate) mod concurrency;
+pub(crate) mod expiry;
+pub(crate) mod in_flight;
+pub(crate) mod keys;
+pub(crate) mod replay;
+pub(crate) mod variants;
+
+use super::probe::{Counted, Exchange, Probe, ProbeError, Prober};
+use super::report::{CheckResult, Status};
+use http::HeaderValue;
+
+/// N identical requests with one key, fired at once.
+pub const CONCURRENCY: &str = "concurrency";
+/// The same request again after completion.
+pub const REPLAY_FIDELITY: &str = "replay-fidelity";
+/// The same key with a different body.
+pub const PAYLOAD_MISMATCH: &str = "payload-mismatch";
+/// The same JSON reordered, with other whitespace.
+pub const CANONICAL_JSON: &str = "canonical-json";
+/// The same key on another endpoint.
+pub const CROSS_ENDPOINT: &str = "cross-endpoint";
+/// The same key under another credential.
+pub const CROSS_SCOPE: &str = "cross-scope";
+/// Empty, too long, non-ASCII and repeated keys.
+pub const MALFORMED_KEYS: &str = "malformed-keys";
+/// No key at all.
+pub const MISSING_KEY: &str = "missing-key";
+/// A duplicate of a request still being processed.
+pub const IN_FLIGHT: &str = "in-flight";
+/// The same key after the replay window.
+pub const EXPIRY: &str = "expiry";
+/// The pseudo-check reported (as INCONCLUSIVE) when the configuration is invalid or the HTTP
+/// client cannot be built: nothing was sent.
+pub const CONFIGURATION: &str = "configuration";
+
+/// Every check, in report order.
+pub const ALL: [&str; 10] = [
+    CONCURRENCY,
+    REPLAY_FIDELITY,
+    PAYLOAD_MISMATCH,
+    CANONICAL_JSON,
+    CROSS_ENDPOINT,
+    CROSS_SCOPE,
+    MALFORMED_KEYS,
+    MISSING_KEY,
+    IN_FLIGHT,
+    EXPIRY,
+];
+
+/// The first successful request and its key, which the replay, mismatch, canonical-JSON,
+/// scope and expiry checks reuse.
+pub(crate) struct Baseline {
+    pub(crate) key: HeaderValue,
+    pub(crate) original: Exchange,
+}
+
+/// One check being recorded: its evidence so far, then its verdict.
+pub(crate) struct Rec {
+    name: &'static str,
+    title: &'static str,
+    pub(crate) evidence: Vec<String>,
+}
+
+impl Rec {
+    pub(crate) fn new(name: &'static str, title: &'static str) -> Self {
+        Self {
+            name,
+            title,
+            evidence: Vec::new(),
+        }
+    }
+
+    /// Sends `probe`, recording the request and the response (or the failure).
+    pub(crate) async fn send(&mut self, p: &Prober, probe: &Probe) -> Result<Exchange, ProbeError> {
+        let res = p.send(probe).await;
+        self.record(probe, &res);
+        res
+    }
+
+    /// Records a request and what came back.
+    pub(crate) fn record(&mut self, probe: &Probe, res: &Result<Exchange, ProbeError>) {
+        match res {
+            Ok(ex) => {
+                self.evidence.push(ex.request.clone());
+                self.evidence.push(ex.response_line());
+            }
+            Err(e) => {
+                self.evidence.push(super::probe::describe_request(probe));
+                self.evidence.push(format!("< no response: {e}"));
+            }
+        }
+    }
+
+    /// Reads the count URL (if configured), recording the reading.
+    pub(crate) async fn count(&mut self, p: &Prober) -> Option<u64> {
+        match p.count().await? {
+            Ok(Counted { n, evidence }) => {
+                self.evidence.push(evidence);
+                Some(n)
+            }
+            Err(e) => {
+                self.evidence.push(e);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn note(&mut self, line: impl Into<String>) {
+        self.evidence.push(line.into());
+    }
+
+    fn finish(
+        self,
+        status: Status,
+        anti_pattern: Option<&'static str>,
+        detail: String,
+    ) -> CheckResult {
+        CheckResult {
+            name: self.name,
+            title: self.title,
+            status,
+            anti_pattern,
+            evidence: self.evidence,
+            detail,
+        }
+    }
+
+    pub(crate) fn pass(self, detail: impl Into<String>) -> CheckResult {
+        self.finish(Status::Pass, None, detail.into())
+    }
+
+    pub(crate) fn fail(self, anti_pattern: &'static str, detail: impl Into<String>) -> CheckResult {
+        self.finish(Status::Fail, Some(anti_pattern), detail.into())
+    }
+
+    pub(crate) fn not_applicable(self, detail: impl Into<String>) -> CheckResult {
+        self.finish(Status::NotApplicable, None, detail.into())
+    }
+
+    pub(crate) fn inconclusive(self, detail: impl Into<String>) -> CheckResult {
+        self.finish(Status::Inconclusive, None, detail.into())
+    }
+}
+
+/// `after - before` when both readings exist.
+pub(crate) fn delta(before: Option<u64>, after: Option<u64>) -> Option<i64> {
+    Some(after? as i64 - before? as i64)
+}
+
+/// Whether `later` (sent with `original`'s key) evidently ran the request again.
+///
+/// `Some(true)`: the count URL grew, or the ids differ, or (no ids, no count, no marker) the
+/// bodies differ. `Some(false)`: the response is marked as a replay, or carries the same id, or
+/// the count did not grow. `None`: nothing tells (no count URL, no ids, no marker, same body).
+pub(crate) fn executed_again(
+    original: &Exchange,
+    later: &Exchange,
+    delta: Option<i64>,
+) -> Option<bool> {
+    if delta.is_some_and(|d| d > 0) {
+        return Some(true);
+    }
+    if later.marked_replay() {
+        return Some(false);
+    }
+    if let (Some(a), Some(b)) = (original.id(), later.id()) {
+        return Some(a != b);
+    }
+    if delta == Some(0) {
+        return Some(false);
+    }
+    if original.body != later.body {
+        return Some(true);
+    }
+    None
+}
+
+/// "`id` pay_1" or "the body" — how a response is identified in details.
+pub(crate) fn ident(ex: &Exchange) -> String {
+    match ex.id() {
+        Some(id) => format!("id {id}"),
+        None => format!("a {}-byte body", ex.body.len()),
+    }
+}
+
+/// Whether the body of a 2xx duplicate is byte-identical to the original's, status included.
+pub(crate) fn same_response(a: &Exchange, b: &Exchange) -> bool {
+    a.status == b.status && a.body == b.body
+}

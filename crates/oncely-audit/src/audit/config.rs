@@ -1,0 +1,369 @@
+//! What to audit, and the bounds on the traffic the audit may send.
+
+use http::{HeaderValue, Method};
+use reqwest::Url;
+use std::time::Duration;
+
+/// Default number of identical requests fired at once by the concurrency check.
+pub const DEFAULT_CONCURRENCY: usize = 20;
+
+/// Default per-request timeout: 10 seconds (connect, send and read the whole response).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default hard limit on the number of requests one audit sends: 500.
+pub const DEFAULT_MAX_REQUESTS: usize = 500;
+
+/// The longest replay window the expiry check will wait out: 600 seconds (10 minutes).
+///
+/// Waiting out a production window (24 hours by default in Oncely) is not an audit; point the
+/// audit at a deployment configured with a short window instead.
+pub const MAX_WINDOW: Duration = Duration::from_secs(600);
+
+/// The most identical requests the concurrency check may fire at once: 1000.
+pub const MAX_CONCURRENCY: usize = 1000;
+
+/// What to audit: one state-changing endpoint of one API, and the limits of the probe.
+///
+/// Every request goes to `base_url`'s origin (scheme, host, port): the endpoint, the other
+/// endpoint and the count URL are paths under it, redirects are never followed and no proxy is
+/// used. The audit sends at most [`max_requests`](Self::max_requests) requests, each bounded by
+/// [`timeout`](Self::timeout); the only deliberate wait is the expiry check's (at most
+/// [`MAX_WINDOW`] plus a margin).
+///
+/// The audit creates real resources on the target (a few dozen at most, as a client retrying
+/// would): point it at a test or staging deployment.
+///
+/// ```
+/// use oncely_audit::audit::{AuditConfig, Url};
+/// use http::Method;
+///
+/// let mut cfg = AuditConfig::new(
+///     Url::parse("http://127.0.0.1:8080").unwrap(),
+///     Method::POST,
+///     "/v1/payments",
+///     serde_json::json!({"amount": 100, "currency": "usd"}),
+/// );
+/// cfg.auth = Some("Bearer sk_test_alice".into());
+/// cfg.count_url = Some("/v1/payments".into());
+/// assert_eq!(cfg.concurrency, 20);
+/// assert!(cfg.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct AuditConfig {
+    /// Where the API lives: `http://host:port` with an optional path prefix (`/api`). Only
+    /// `http` and `https` are accepted (`https` needs a TLS feature of `reqwest` enabled in the
+    /// final binary). Query and fragment are not allowed.
+    pub base_url: Url,
+    /// The method of the audited endpoint, usually `POST`.
+    pub method: Method,
+    /// The audited endpoint's path under `base_url`, starting with `/` (e.g. `/v1/payments`);
+    /// it may carry a query string.
+    pub path: String,
+    /// The JSON body of a request that succeeds (2xx) on the endpoint. `Value::Null` sends no
+    /// body (the body-related checks are then N/A).
+    pub body: serde_json::Value,
+    /// The full `Authorization` header value of the first caller (`Bearer ...`), if the API
+    /// needs one. Never printed in evidence.
+    pub auth: Option<String>,
+    /// The full `Authorization` header value of a second, different caller, for the key-scope
+    /// check. `None` makes that check N/A.
+    pub second_auth: Option<String>,
+    /// A path under `base_url` (or an absolute URL on the same origin) answering `GET` with a
+    /// JSON array of the resources the endpoint creates, or an object with a count (`count`,
+    /// `total`, `total_count`, or an array under `data` / `items` / `results`). Read before and
+    /// after the checks that must not execute twice, with the first caller's credential. `None`:
+    /// executions are counted from the responses' `id` fields only.
+    pub count_url: Option<String>,
+    /// Another endpoint of the same API (method, path under `base_url`) that accepts keys, for
+    /// the cross-endpoint check. It is sent the same body. `None` makes that check N/A.
+    pub other_endpoint: Option<(Method, String)>,
+    /// How many identical requests the concurrency check fires at once. Default
+    /// [`DEFAULT_CONCURRENCY`] (20); 2 to [`MAX_CONCURRENCY`].
+    pub concurrency: usize,
+    /// The server's replay window, if it is short enough to wait out (at most [`MAX_WINDOW`]).
+    /// `Some` enables the expiry check, which waits the window plus a margin of 10% (at least
+    /// 1 second). `None` makes that check N/A.
+    pub window: Option<Duration>,
+    /// Per-request timeout, from connect to the last body byte. Default [`DEFAULT_TIMEOUT`]
+    /// (10 seconds).
+    pub timeout: Duration,
+    /// Hard bound on requests sent by one audit, count-URL reads included. Default
+    /// [`DEFAULT_MAX_REQUESTS`] (500); must cover [`planned_requests`](Self::planned_requests).
+    pub max_requests: usize,
+}
+
+/// Why an [`AuditConfig`] cannot be run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `base_url` is not an `http` or `https` URL with a host, or carries a query or fragment.
+    #[error(
+        "base URL {0:?} must be an http:// or https:// URL with a host and no query or fragment"
+    )]
+    BaseUrl(String),
+    /// A path (endpoint, other endpoint, count URL) does not start with `/`, or leads to
+    /// another origin than `base_url`'s.
+    #[error("{what} {value:?} must be a path starting with '/' under the base URL")]
+    Path {
+        /// Which setting: `path`, `other endpoint` or `count URL`.
+        what: &'static str,
+        /// The value given.
+        value: String,
+    },
+    /// An `Authorization` value is not a valid header value (control characters, newlines).
+    #[error("the {0} credential is not a valid HTTP header value")]
+    Credential(&'static str),
+    /// `second_auth` equals `auth`: the key-scope check needs two different callers.
+    #[error("the second credential must differ from the first")]
+    SameCredentials,
+    /// `concurrency` is outside 2..=[`MAX_CONCURRENCY`].
+    #[error("concurrency must be between 2 and {MAX_CONCURRENCY}, got {0}")]
+    Concurrency(usize),
+    /// `timeout` is zero.
+    #[error("the per-request timeout must be greater than zero")]
+    Timeout,
+    /// `window` is zero or longer than [`MAX_WINDOW`].
+    #[error("the replay window must be between 1 ms and {} s to be waited out, got {} ms", MAX_WINDOW.as_secs(), .0.as_millis())]
+    Window(Duration),
+    /// `max_requests` is smaller than what the checks need.
+    #[error("max_requests is {given} but this audit needs up to {needed} requests")]
+    Budget {
+        /// The configured limit.
+        given: usize,
+        /// [`AuditConfig::planned_requests`].
+        needed: usize,
+    },
+}
+
+/// The validated URLs every request goes to.
+#[derive(Debug, Clone)]
+pub(crate) struct Targets {
+    pub(crate) endpoint: Url,
+    pub(crate) other: Option<(Method, Url)>,
+    pub(crate) count: Option<Url>,
+}
+
+impl AuditConfig {
+    /// A configuration with the defaults: no credentials, no count URL, no other endpoint, no
+    /// window, [`DEFAULT_CONCURRENCY`], [`DEFAULT_TIMEOUT`], [`DEFAULT_MAX_REQUESTS`].
+    pub fn new(
+        base_url: Url,
+        method: Method,
+        path: impl Into<String>,
+        body: serde_json::Value,
+    ) -> Self {
+        Self {
+            base_url,
+            method,
+            path: path.into(),
+            body,
+            auth: None,
+            second_auth: None,
+            count_url: None,
+            other_endpoint: None,
+            concurrency: DEFAULT_CONCURRENCY,
+            window: None,
+            timeout: DEFAULT_TIMEOUT,
+            max_requests: DEFAULT_MAX_REQUESTS,
+        }
+    }
+
+    /// The most requests this configuration's audit sends: `concurrency + 18`, plus 14
+    /// count-URL reads when `count_url` is set. (Two of those are the in-flight check's retries
+    /// with a shorter delay, sent only when its first attempt misses the in-flight window.)
+    pub fn planned_requests(&self) -> usize {
+        // concurrency: n; replay: 2; reordered: 1; mismatch: 1; other endpoint: 1;
+        // second scope: 1; malformed keys: 4; missing key: 1; in-flight: up to 3 x 2; expiry: 1.
+        let probes = self.concurrency + 2 + 1 + 1 + 1 + 1 + 4 + 1 + 6 + 1;
+        // count reads before/after: concurrency, replay, reordered, mismatch, in-flight x3, expiry.
+        let counts = if self.count_url.is_some() { 2 * 7 } else { 0 };
+        probes + counts
+    }
+
+    /// Checks the configuration without sending anything.
+    ///
+    /// # Errors
+    ///
+    /// The first [`ConfigError`] found: a base URL that is not plain `http(s)://host[:port][/prefix]`,
+    /// a path not starting with `/` or leaving the base URL's origin, an invalid credential or
+    /// two equal ones, `concurrency` outside 2..=1000, a zero timeout, a window of zero or over
+    /// [`MAX_WINDOW`], or `max_requests` below [`planned_requests`](Self::planned_requests).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.targets().map(|_| ())
+    }
+
+    pub(crate) fn targets(&self) -> Result<Targets, ConfigError> {
+        let base = &self.base_url;
+        if !matches!(base.scheme(), "http" | "https")
+            || base.host_str().is_none()
+            || base.query().is_some()
+            || base.fragment().is_some()
+            || base.cannot_be_a_base()
+        {
+            return Err(ConfigError::BaseUrl(base.to_string()));
+        }
+        let endpoint = self.join("path", &self.path)?;
+        let other = match &self.other_endpoint {
+            Some((m, p)) => Some((m.clone(), self.join("other endpoint", p)?)),
+            None => None,
+        };
+        let count = match &self.count_url {
+            Some(c) if c.starts_with("http://") || c.starts_with("https://") => {
+                let url = Url::parse(c).map_err(|_| ConfigError::Path {
+                    what: "count URL",
+                    value: c.clone(),
+                })?;
+                if url.origin() != base.origin() {
+                    return Err(ConfigError::Path {
+                        what: "count URL",
+                        value: c.clone(),
+                    });
+                }
+                Some(url)
+            }
+            Some(c) => Some(self.join("count URL", c)?),
+            None => None,
+        };
+        for (what, cred) in [("first", &self.auth), ("second", &self.second_auth)] {
+            if let Some(c) = cred
+                && HeaderValue::from_str(c).is_err()
+            {
+                return Err(ConfigError::Credential(what));
+            }
+        }
+        if self.second_auth.is_some() && self.second_auth == self.auth {
+            return Err(ConfigError::SameCredentials);
+        }
+        if !(2..=MAX_CONCURRENCY).contains(&self.concurrency) {
+            return Err(ConfigError::Concurrency(self.concurrency));
+        }
+        if self.timeout.is_zero() {
+            return Err(ConfigError::Timeout);
+        }
+        if let Some(w) = self.window
+            && (w.is_zero() || w > MAX_WINDOW)
+        {
+            return Err(ConfigError::Window(w));
+        }
+        let needed = self.planned_requests();
+        if self.max_requests < needed {
+            return Err(ConfigError::Budget {
+                given: self.max_requests,
+                needed,
+            });
+        }
+        Ok(Targets {
+            endpoint,
+            other,
+            count,
+        })
+    }
+
+    /// `base_url` + `path` by concatenation (not RFC 3986 resolution, which would drop a base
+    /// path prefix), then checked to still be on the base origin.
+    fn join(&self, what: &'static str, path: &str) -> Result<Url, ConfigError> {
+        let err = || ConfigError::Path {
+            what,
+            value: path.to_owned(),
+        };
+        if !path.starts_with('/') || path.starts_with("//") {
+            return Err(err());
+        }
+        let base = self.base_url.as_str().trim_end_matches('/');
+        let url = Url::parse(&format!("{base}{path}")).map_err(|_| err())?;
+        if url.origin() != self.base_url.origin() {
+            return Err(err());
+        }
+        Ok(url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(base: &str) -> AuditConfig {
+        AuditConfig::new(
+            Url::parse(base).unwrap(),
+            Method::POST,
+            "/v1/p",
+            serde_json::json!({}),
+        )
+    }
+
+    #[test]
+    fn joins_under_a_base_prefix() {
+        let mut c = cfg("http://127.0.0.1:9/api/");
+        c.other_endpoint = Some((Method::POST, "/v1/r?x=1".into()));
+        c.count_url = Some("/v1/p".into());
+        let t = c.targets().unwrap();
+        assert_eq!(t.endpoint.as_str(), "http://127.0.0.1:9/api/v1/p");
+        assert_eq!(
+            t.other.unwrap().1.as_str(),
+            "http://127.0.0.1:9/api/v1/r?x=1"
+        );
+        assert_eq!(t.count.unwrap().as_str(), "http://127.0.0.1:9/api/v1/p");
+    }
+
+    #[test]
+    fn rejects_traffic_elsewhere() {
+        let mut c = cfg("http://127.0.0.1:9");
+        c.count_url = Some("http://example.invalid/v1/p".into());
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Path {
+                what: "count URL",
+                ..
+            })
+        ));
+        let mut c = cfg("http://127.0.0.1:9");
+        c.path = "//evil.invalid/x".into();
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Path { what: "path", .. })
+        ));
+        let mut c = cfg("http://127.0.0.1:9");
+        c.path = "v1/p".into();
+        assert!(matches!(c.validate(), Err(ConfigError::Path { .. })));
+        assert!(matches!(
+            cfg("ftp://127.0.0.1:9").validate(),
+            Err(ConfigError::BaseUrl(_))
+        ));
+        assert!(matches!(
+            cfg("http://127.0.0.1:9/?q=1").validate(),
+            Err(ConfigError::BaseUrl(_))
+        ));
+    }
+
+    #[test]
+    fn bounds_are_enforced() {
+        let mut c = cfg("http://127.0.0.1:9");
+        assert_eq!(c.planned_requests(), 20 + 18);
+        c.count_url = Some("/v1/p".into());
+        assert_eq!(c.planned_requests(), 20 + 18 + 14);
+        c.max_requests = 50;
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::Budget {
+                given: 50,
+                needed: 52
+            })
+        );
+        c.max_requests = 52;
+        assert_eq!(c.validate(), Ok(()));
+        c.concurrency = 1;
+        assert_eq!(c.validate(), Err(ConfigError::Concurrency(1)));
+        c.concurrency = 2;
+        c.window = Some(Duration::from_secs(601));
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::Window(Duration::from_secs(601)))
+        );
+        c.window = Some(Duration::from_secs(600));
+        c.auth = Some("Bearer a".into());
+        c.second_auth = Some("Bearer a".into());
+        assert_eq!(c.validate(), Err(ConfigError::SameCredentials));
+        c.second_auth = Some("Bearer\nb".into());
+        assert_eq!(c.validate(), Err(ConfigError::Credential("second")));
+    }
+}

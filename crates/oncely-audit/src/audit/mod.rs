@@ -1,0 +1,192 @@
+//! `audit`: probe a live HTTP API for the `Idempotency-Key` contract.
+//!
+//! ```no_run
+//! use oncely_audit::audit::{self, AuditConfig, Url};
+//! use http::Method;
+//!
+//! # async fn example() {
+//! let mut cfg = AuditConfig::new(
+//!     Url::parse("http://127.0.0.1:8080").unwrap(),
+//!     Method::POST,
+//!     "/v1/payments",
+//!     serde_json::json!({"amount": 100, "currency": "usd"}),
+//! );
+//! cfg.auth = Some("Bearer sk_test_alice".into());
+//! cfg.second_auth = Some("Bearer sk_test_bob".into());
+//! cfg.count_url = Some("/v1/payments".into());
+//! let report = audit::run(&cfg).await;
+//! print!("{}", report.render_text());
+//! std::process::exit(if report.passed() { 0 } else { 1 });
+//! # }
+//! ```
+//!
+//! # What it does
+//!
+//! [`run`] sends a bounded series of requests to one endpoint (and, when configured, one other
+//! endpoint and a count URL on the same origin) and reports ten checks, listed with their
+//! decisions in [`checks`]: concurrency, replay fidelity, payload mismatch, canonical JSON,
+//! cross-endpoint, cross-scope, malformed keys, missing key, in-flight response, expiry. Each is
+//! PASS, FAIL (naming an [anti-pattern](anti_patterns)), N/A, or INCONCLUSIVE, with the
+//! exchanges as evidence.
+//!
+//! # Bounds
+//!
+//! - Requests go only to `base_url`'s origin; redirects are not followed, no proxy is used,
+//!   the HTTP client does not retry.
+//! - At most [`AuditConfig::max_requests`] requests (default 500; a run needs
+//!   [`AuditConfig::planned_requests`], 38 with the defaults), each bounded by
+//!   [`AuditConfig::timeout`] (default 10 s). Response bodies are read up to 1 MiB.
+//! - The only deliberate wait is the expiry check's: the window plus 10% (at least 1 s), and the
+//!   window is at most [`MAX_WINDOW`] (600 s). The in-flight check waits half the first
+//!   request's latency (between 5 ms and 2 s) before its duplicate.
+//!
+//! # Side effects on the target
+//!
+//! The audit creates resources like any client: a successful run of a correct server creates
+//! about five (the baseline, the concurrency winner, the in-flight pair's winner, the second
+//! caller's, the expiry re-execution); a server with the mistakes the audit looks for creates
+//! more. Audit a test deployment.
+
+mod body;
+pub mod checks;
+mod config;
+mod probe;
+mod report;
+
+pub use config::{
+    AuditConfig, ConfigError, DEFAULT_CONCURRENCY, DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT,
+    MAX_CONCURRENCY, MAX_WINDOW,
+};
+pub use report::{AuditReport, CheckResult, Status};
+/// The URL type of [`AuditConfig::base_url`] (re-exported from `reqwest`, which re-exports
+/// the `url` crate's).
+pub use reqwest::Url;
+
+/// The anti-patterns a FAIL can name ([`CheckResult::anti_pattern`]): stable strings, safe to
+/// match on.
+pub mod anti_patterns {
+    /// Duplicates sent together executed more than once: the server looks the key up, then
+    /// inserts it, and both requests passed the look-up (server case S5). The claim must be one
+    /// atomic operation arbitrated by the store's primary key.
+    pub const CHECK_THEN_INSERT_RACE: &str = "check-then-insert race";
+    /// A duplicate sent while the first request was still running executed again (or got an
+    /// empty or partial "replay"): the key is recorded only when the request completes, so there
+    /// is no in-flight state (server cases S5, S6).
+    pub const BINARY_KEY_STATE: &str = "binary key state (no in-flight state)";
+    /// A `409` for an in-flight duplicate without a valid `Retry-After` or without a
+    /// machine-readable code: clients cannot tell it from a mismatch or know when to retry
+    /// (server case S1).
+    pub const UNHELPFUL_IN_FLIGHT: &str = "in-flight conflict without Retry-After or code";
+    /// A different body under a used key got the stored response (server case S3).
+    pub const SILENT_MISMATCH_REPLAY: &str = "silent replay of a different payload";
+    /// A different body under a used key was executed as a new request.
+    pub const MISMATCH_EXECUTED: &str = "different payload executed under a reused key";
+    /// The same JSON with keys reordered or other whitespace was rejected as a mismatch: the
+    /// fingerprint hashes bytes, not the canonical JSON (server case S4).
+    pub const FALSE_MISMATCH: &str = "byte-level fingerprint (false mismatch)";
+    /// The same JSON with keys reordered or other whitespace executed again: the body bytes are
+    /// part of the key (server case S4).
+    pub const BYTE_LEVEL_KEYING: &str = "byte-level fingerprint (executed again)";
+    /// A retry after completion executed again: the key is ignored.
+    pub const KEY_IGNORED: &str = "key ignored (request executed again)";
+    /// A replay's status or body differs from the original response.
+    pub const REPLAY_DIFFERS: &str = "replay differs from original";
+    /// A replay lacks (or changes) headers the original carried (`Location`, `Content-Type`,
+    /// custom `x-` headers).
+    pub const REPLAY_DROPS_HEADERS: &str = "replay drops headers";
+    /// The same key on another endpoint replayed the first endpoint's response: the key is not
+    /// bound to the request it was first used for.
+    pub const CROSS_ENDPOINT_REPLAY: &str = "key not bound to the endpoint (cross-endpoint replay)";
+    /// Another caller's request with the same key got the first caller's response, or a
+    /// conflict that reveals the key was used (server case S9): keys are looked up without the
+    /// caller's scope.
+    pub const GLOBAL_KEY_SCOPE: &str = "global key scope";
+    /// A malformed key (empty, over 255 characters, non-ASCII, repeated header) was accepted
+    /// and executed.
+    pub const NO_KEY_VALIDATION: &str = "no key validation";
+    /// A `POST`/`PATCH` without a key was executed: keyless retries of it are unprotected.
+    pub const KEY_OPTIONAL: &str = "key optional on a state-changing endpoint";
+    /// A duplicate or a key error was answered with a 5xx (e.g. a unique violation surfaced as
+    /// `500`, server case S11).
+    pub const DUPLICATE_AS_SERVER_ERROR: &str = "duplicate surfaced as a server error";
+    /// An idempotency error was answered with an unexpected status (e.g. `422` for an in-flight
+    /// duplicate, `428` for a missing key).
+    pub const WRONG_ERROR_STATUS: &str = "wrong error status";
+    /// The key still replayed after the replay window had passed.
+    pub const NEVER_EXPIRES: &str = "replay window not enforced (key never expires)";
+    /// The key, reused after the replay window, was rejected instead of executing as new.
+    pub const EXPIRED_KEY_ERROR: &str = "expired key rejected instead of executed";
+}
+
+/// Runs every check against the configured endpoint and returns the report. Never panics on
+/// the server's behaviour; never sends more than [`AuditConfig::max_requests`] requests.
+///
+/// An invalid configuration (see [`AuditConfig::validate`]) sends nothing and returns a report
+/// with the single check [`checks::CONFIGURATION`] as [`Status::Inconclusive`], whose detail is
+/// the [`ConfigError`]; call [`AuditConfig::validate`] first to report it as a usage error.
+///
+/// Checks run one after another, never overlapping: replay fidelity first (its first request
+/// is the baseline the other checks compare with), then canonical JSON, payload mismatch,
+/// cross-endpoint, cross-scope, concurrency, in-flight, malformed keys, missing key, expiry. The
+/// report lists them in the contract's order ([`checks::ALL`]).
+pub async fn run(cfg: &AuditConfig) -> AuditReport {
+    let target = format!(
+        "{} {}",
+        cfg.method,
+        cfg.base_url.as_str().trim_end_matches('/').to_owned() + &cfg.path
+    );
+    let setup_failure = |detail: String| AuditReport {
+        target: target.clone(),
+        requests_sent: 0,
+        checks: vec![CheckResult {
+            name: checks::CONFIGURATION,
+            title: "the audit configuration is usable",
+            status: Status::Inconclusive,
+            anti_pattern: None,
+            evidence: Vec::new(),
+            detail,
+        }],
+    };
+    let targets = match cfg.targets() {
+        Ok(t) => t,
+        Err(e) => return setup_failure(format!("nothing was sent: {e}")),
+    };
+    let p = match probe::Prober::new(cfg, targets) {
+        Ok(p) => p,
+        Err(e) => return setup_failure(format!("nothing was sent: the HTTP client: {e}")),
+    };
+
+    let (replay, baseline) = checks::replay::replay_fidelity(&p).await;
+    let canonical = checks::variants::canonical_json(&p, baseline.as_ref()).await;
+    let mismatch = checks::variants::payload_mismatch(&p, baseline.as_ref()).await;
+    let endpoint = checks::variants::cross_endpoint(&p, baseline.as_ref()).await;
+    let scope = checks::variants::cross_scope(&p, baseline.as_ref()).await;
+    let concurrency = checks::concurrency::concurrency(&p, cfg.concurrency).await;
+    let in_flight = checks::in_flight::in_flight(
+        &p,
+        baseline.as_ref(),
+        &concurrency.conflicts,
+        concurrency.all_identical,
+    )
+    .await;
+    let malformed = checks::keys::malformed_keys(&p).await;
+    let missing = checks::keys::missing_key(&p).await;
+    let expiry = checks::expiry::expiry(&p, baseline.as_ref(), cfg.window).await;
+
+    AuditReport {
+        target,
+        requests_sent: p.sent(),
+        checks: vec![
+            concurrency.result,
+            replay,
+            mismatch,
+            canonical,
+            endpoint,
+            scope,
+            malformed,
+            missing,
+            in_flight,
+            expiry,
+        ],
+    }
+}

@@ -1,0 +1,450 @@
+//! `lint`: every state-changing operation of an OpenAPI document must accept an
+//! `Idempotency-Key` header or say, explicitly, that it is unsafe to retry.
+//!
+//! ```
+//! let spec = r#"
+//! openapi: 3.1.0
+//! info: { title: Payments, version: "1" }
+//! paths:
+//!   /v1/payments:
+//!     post:
+//!       operationId: createPayment
+//!       parameters:
+//!         - $ref: '#/components/parameters/IdempotencyKey'
+//!       responses: { '201': { description: created } }
+//!   /v1/refunds:
+//!     post:
+//!       operationId: createRefund
+//!       responses: { '201': { description: created } }
+//! components:
+//!   parameters:
+//!     IdempotencyKey:
+//!       name: Idempotency-Key
+//!       in: header
+//!       required: true
+//!       schema: { type: string, maxLength: 255 }
+//! "#;
+//! let report = oncely_audit::lint::lint(spec).unwrap();
+//! assert_eq!(report.operations_checked, 2);
+//! assert_eq!(report.findings.len(), 1);
+//! assert_eq!(report.findings[0].path, "/v1/refunds");
+//! assert_eq!(report.findings[0].operation_id.as_deref(), Some("createRefund"));
+//! assert!(!report.passed());
+//! ```
+//!
+//! # The rule
+//!
+//! An operation is *state-changing* when its method is `POST` or `PATCH`: neither is idempotent
+//! by HTTP semantics (RFC 9110 section 9.2.2), so a client that retries one after a lost
+//! response may run it twice unless the server collapses duplicates by key. `PUT` and `DELETE`
+//! *are* idempotent by RFC 9110 section 9.2.2 (repeating them leaves the same state), so they
+//! pass by default; an operation that breaks that promise (a `DELETE` that appends a ledger entry,
+//! a `PUT` that increments) says so with [`EXT_IDEMPOTENT`]` : false` and is then checked like a
+//! `POST`. Conversely a `POST` that changes nothing (a search) may say `x-oncely-idempotent: true`.
+//! Safe methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`) are never checked.
+//!
+//! A checked operation passes when either
+//!
+//! - it declares a header parameter named `Idempotency-Key` (case-insensitive, as HTTP field
+//!   names are), inline or through a local `$ref` (`#/components/parameters/...` in OpenAPI 3,
+//!   `#/parameters/...` in Swagger 2.0), on the operation or on its path item; or
+//! - it carries the vendor extension [`EXT_UNSAFE_TO_RETRY`]` : true`, on the operation or on its
+//!   path item.
+//!
+//! ## The vendor extensions
+//!
+//! | extension | where | meaning |
+//! |---|---|---|
+//! | `x-oncely-unsafe-to-retry: true` | operation or path item | "this operation does not take an idempotency key; clients must not retry it automatically". The explicit opt-out: the author has decided, and generated clients and humans can see it. |
+//! | `x-oncely-idempotent: true \| false` | operation or path item | overrides the method's default: `true` exempts a side-effect-free `POST`, `false` subjects a `PUT`/`DELETE` that is not really idempotent to the rule. |
+//!
+//! Only boolean values count; `"true"` as a string is ignored (and so fails closed).
+//! The operation's value wins over the path item's.
+//!
+//! References: only local references (starting with `#`) are followed; an external reference
+//! (`common.yaml#/...`) cannot be checked and does not count as declaring the key (the finding
+//! says so). Cyclic references are detected and reported the same way.
+
+mod parse;
+
+use parse::{get, key_text};
+use serde_json::json;
+use serde_norway::Value;
+use std::fmt;
+
+/// The vendor extension that marks an operation as deliberately keyless and unsafe to retry.
+pub const EXT_UNSAFE_TO_RETRY: &str = "x-oncely-unsafe-to-retry";
+
+/// The vendor extension that overrides whether an operation's method is idempotent.
+pub const EXT_IDEMPOTENT: &str = "x-oncely-idempotent";
+
+/// The header an operation must accept (compared case-insensitively).
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
+/// The HTTP methods an OpenAPI path item may hold, in the order findings report them.
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+/// How deep `$ref` chains are followed before giving up (a cycle guard).
+const MAX_REF_DEPTH: usize = 16;
+
+/// Why a document could not be linted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LintError {
+    /// The text is empty or only whitespace.
+    #[error("the OpenAPI document is empty")]
+    Empty,
+    /// The text starts with `{` but is not valid JSON. `line` and `column` are 1-based.
+    #[error("the OpenAPI document is not valid JSON (line {line}, column {column}): {message}")]
+    Json {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// The text is not valid YAML. `line` and `column` are 1-based, 0 when unknown.
+    #[error("the OpenAPI document is not valid YAML (line {line}, column {column}): {message}")]
+    Yaml {
+        /// 1-based line of the error (0 when unknown).
+        line: usize,
+        /// 1-based column of the error (0 when unknown).
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// The document parsed but is not an OpenAPI 3.x or Swagger 2.0 document.
+    #[error("not an OpenAPI document: {0}")]
+    NotOpenApi(String),
+}
+
+/// One operation that breaks the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The HTTP method, upper case (`POST`).
+    pub method: String,
+    /// The path template as written in the document (`/v1/payments/{id}`).
+    pub path: String,
+    /// The operation's `operationId`, when it has one.
+    pub operation_id: Option<String>,
+    /// Why it was reported, in one sentence a person can act on.
+    pub message: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.method, self.path)?;
+        if let Some(id) = &self.operation_id {
+            write!(f, " ({id})")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// The result of [`lint`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LintReport {
+    /// Every operation that breaks the rule, in document order.
+    pub findings: Vec<Finding>,
+    /// How many `POST`, `PUT`, `PATCH` and `DELETE` operations were looked at (the methods the
+    /// rule applies to before extensions; safe methods are not counted).
+    pub operations_checked: usize,
+}
+
+impl LintReport {
+    /// `true` when there are no findings (the CLI exits 0).
+    pub fn passed(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    /// A human-readable report: one line per finding, then a summary line.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        for f in &self.findings {
+            out.push_str(&f.to_string());
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "lint: {} state-changing operation(s) checked, {} without an Idempotency-Key or {}\n",
+            self.operations_checked,
+            self.findings.len(),
+            EXT_UNSAFE_TO_RETRY
+        ));
+        out
+    }
+
+    /// The report as JSON:
+    /// `{"passed": bool, "operations_checked": n, "findings": [{"method", "path", "operation_id", "message"}]}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "passed": self.passed(),
+            "operations_checked": self.operations_checked,
+            "findings": self.findings.iter().map(|f| json!({
+                "method": f.method,
+                "path": f.path,
+                "operation_id": f.operation_id,
+                "message": f.message,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Lints an OpenAPI 3.x (or Swagger 2.0) document given as JSON or YAML text.
+///
+/// Text whose first non-blank character is `{` is parsed as JSON, anything else as YAML. See the
+/// [module documentation](self) for the rule and the vendor extensions.
+///
+/// # Errors
+///
+/// [`LintError::Empty`], [`LintError::Json`] or [`LintError::Yaml`] when the text does not parse
+/// (with the line and column), [`LintError::NotOpenApi`] when it parses but has no `openapi` or
+/// `swagger` version field, is not a mapping, or its `paths` is not a mapping.
+pub fn lint(spec_text: &str) -> Result<LintReport, LintError> {
+    let doc = parse::parse(spec_text)?;
+    if !matches!(doc, Value::Mapping(_)) {
+        return Err(LintError::NotOpenApi(
+            "the top level is not a mapping".to_owned(),
+        ));
+    }
+    if get(&doc, "openapi").is_none() && get(&doc, "swagger").is_none() {
+        return Err(LintError::NotOpenApi(
+            "no `openapi` (3.x) or `swagger` (2.0) version field at the top level".to_owned(),
+        ));
+    }
+    let mut report = LintReport {
+        findings: Vec::new(),
+        operations_checked: 0,
+    };
+    let paths = match get(&doc, "paths") {
+        None | Some(Value::Null) => return Ok(report),
+        Some(Value::Mapping(paths)) => paths,
+        Some(_) => return Err(LintError::NotOpenApi("`paths` is not a mapping".to_owned())),
+    };
+    for (path_key, item) in paths {
+        let Some(path) = key_text(path_key) else {
+            continue;
+        };
+        if path.starts_with("x-") {
+            continue; // a vendor extension on the Paths object, not a path
+        }
+        let item = match resolve(&doc, item, 0) {
+            Ok(item) => item,
+            Err(why) => {
+                report.findings.push(Finding {
+                    method: "*".to_owned(),
+                    path: path.clone(),
+                    operation_id: None,
+                    message: format!("the path item could not be checked: {why}"),
+                });
+                continue;
+            }
+        };
+        for method in METHODS {
+            let Some(op) = get(item, method) else {
+                continue;
+            };
+            if let Some(finding) = check_operation(&doc, &path, method, item, op, &mut report) {
+                report.findings.push(finding);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Applies the rule to one operation; `None` when it passes or the rule does not apply.
+fn check_operation(
+    doc: &Value,
+    path: &str,
+    method: &str,
+    item: &Value,
+    op: &Value,
+    report: &mut LintReport,
+) -> Option<Finding> {
+    let by_method = match method {
+        "post" | "patch" => Some(false),
+        "put" | "delete" => Some(true),
+        _ => None,
+    };
+    let by_method_idempotent = by_method?;
+    report.operations_checked += 1;
+    let idempotent = bool_ext(op, EXT_IDEMPOTENT)
+        .or_else(|| bool_ext(item, EXT_IDEMPOTENT))
+        .unwrap_or(by_method_idempotent);
+    if idempotent {
+        return None;
+    }
+    if bool_ext(op, EXT_UNSAFE_TO_RETRY).or_else(|| bool_ext(item, EXT_UNSAFE_TO_RETRY))
+        == Some(true)
+    {
+        return None;
+    }
+    let mut unresolved = Vec::new();
+    for params in [get(op, "parameters"), get(item, "parameters")]
+        .into_iter()
+        .flatten()
+    {
+        let Value::Sequence(params) = params else {
+            continue;
+        };
+        for param in params {
+            match resolve(doc, param, 0) {
+                Ok(p) if is_key_header(p) => return None,
+                Ok(_) => {}
+                Err(why) => unresolved.push(why),
+            }
+        }
+    }
+    let operation_id = match get(op, "operationId") {
+        Some(Value::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let upper = method.to_ascii_uppercase();
+    let why_checked = if by_method_idempotent {
+        format!("{upper} is marked {EXT_IDEMPOTENT}: false, so it")
+    } else {
+        format!("{upper} is not idempotent (RFC 9110 section 9.2.2) and")
+    };
+    let mut message = format!(
+        "{why_checked} declares no `{IDEMPOTENCY_KEY_HEADER}` header parameter and is not marked \
+         `{EXT_UNSAFE_TO_RETRY}: true`: a retried request may run twice"
+    );
+    if !unresolved.is_empty() {
+        message.push_str(&format!(" (not followed: {})", unresolved.join("; ")));
+    }
+    Some(Finding {
+        method: upper,
+        path: path.to_owned(),
+        operation_id,
+        message,
+    })
+}
+
+fn bool_ext(node: &Value, name: &str) -> Option<bool> {
+    match get(node, name) {
+        Some(Value::Bool(b)) => Some(*b),
+        _ => None,
+    }
+}
+
+fn is_key_header(param: &Value) -> bool {
+    let name_ok = matches!(get(param, "name"), Some(Value::String(n)) if n.eq_ignore_ascii_case(IDEMPOTENCY_KEY_HEADER));
+    let in_ok = matches!(get(param, "in"), Some(Value::String(i)) if i == "header");
+    name_ok && in_ok
+}
+
+/// Follows `node`'s `$ref` (if any) to its target inside `doc`.
+///
+/// # Errors
+///
+/// A description of the reference when it is external, does not resolve, or the chain is deeper
+/// than [`MAX_REF_DEPTH`] (a cycle).
+fn resolve<'a>(doc: &'a Value, node: &'a Value, depth: usize) -> Result<&'a Value, String> {
+    let Some(reference) = get(node, "$ref") else {
+        return Ok(node);
+    };
+    let Value::String(reference) = reference else {
+        return Err("a `$ref` that is not a string".to_owned());
+    };
+    if depth >= MAX_REF_DEPTH {
+        return Err(format!(
+            "`$ref: {reference}` (reference chain too deep or cyclic)"
+        ));
+    }
+    let Some(pointer) = reference.strip_prefix('#') else {
+        return Err(format!(
+            "`$ref: {reference}` (only local references are followed)"
+        ));
+    };
+    let mut target = doc;
+    if !pointer.is_empty() {
+        let Some(rest) = pointer.strip_prefix('/') else {
+            return Err(format!("`$ref: {reference}` (not a JSON pointer)"));
+        };
+        for token in rest.split('/') {
+            // RFC 6901 section 4: `~1` is `/`, `~0` is `~`, in that order.
+            let token = token.replace("~1", "/").replace("~0", "~");
+            let token = percent_decode(&token);
+            target = match target {
+                Value::Mapping(_) => get(target, &token),
+                Value::Sequence(seq) => token.parse::<usize>().ok().and_then(|i| seq.get(i)),
+                _ => None,
+            }
+            .ok_or_else(|| format!("`$ref: {reference}` (does not resolve)"))?;
+        }
+    }
+    resolve(doc, target, depth + 1)
+}
+
+/// Decodes `%XX` escapes (a `$ref` is a URI fragment, RFC 3986 section 3.5); invalid escapes
+/// are kept as written.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Some(b) = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_escapes_resolve() {
+        let doc = parse::parse(
+            r#"{"openapi":"3.0.0","components":{"parameters":{"a/b":{"name":"Idempotency-Key","in":"header"},"c d":{"name":"x","in":"query"}}}}"#,
+        )
+        .unwrap();
+        let node = parse::parse(r##"{"$ref":"#/components/parameters/a~1b"}"##).unwrap();
+        assert!(is_key_header(resolve(&doc, &node, 0).unwrap()));
+        let node = parse::parse(r##"{"$ref":"#/components/parameters/c%20d"}"##).unwrap();
+        assert!(!is_key_header(resolve(&doc, &node, 0).unwrap()));
+    }
+
+    #[test]
+    fn cyclic_and_external_refs_are_errors() {
+        let doc =
+            parse::parse(r##"{"openapi":"3.0.0","a":{"$ref":"#/b"},"b":{"$ref":"#/a"}}"##).unwrap();
+        let node = parse::parse(r##"{"$ref":"#/a"}"##).unwrap();
+        assert!(
+            resolve(&doc, &node, 0)
+                .unwrap_err()
+                .contains("too deep or cyclic")
+        );
+        let node = parse::parse(r##"{"$ref":"common.yaml#/x"}"##).unwrap();
+        assert!(
+            resolve(&doc, &node, 0)
+                .unwrap_err()
+                .contains("only local references")
+        );
+        let node = parse::parse(r##"{"$ref":"#/nope"}"##).unwrap();
+        assert!(
+            resolve(&doc, &node, 0)
+                .unwrap_err()
+                .contains("does not resolve")
+        );
+    }
+
+    #[test]
+    fn percent_decode_keeps_invalid_escapes() {
+        assert_eq!(percent_decode("a%20b"), "a b");
+        assert_eq!(percent_decode("a%2"), "a%2");
+        assert_eq!(percent_decode("a%zzb"), "a%zzb");
+    }
+}
