@@ -29,7 +29,8 @@
 //! 2. For `POST` and `PATCH` without an `Idempotency-Key`, mints one (UUID v4) and sets it on the
 //!    request; every attempt of this call carries that same key.
 //! 3. Sends an attempt with the timeout `min(attempt timeout, caller's request timeout, time
-//!    left)`.
+//!    left)`. As with reqwest's own request timeout, it also bounds reading the body of the
+//!    response that is finally returned.
 //! 4. Classifies the outcome ([`crate::classify`]); for `409`, `429`, `408` and 5xx responses
 //!    with a JSON body of at most 64 KiB and a `Content-Length`, it reads the body for the
 //!    problem+json `code` and `retryable` fields and hands the response back intact.

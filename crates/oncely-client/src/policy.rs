@@ -3,14 +3,14 @@
 //! These defaults are the contract for callers who never read docs, so each is justified
 //! against the published defaults of three widely used SDK families:
 //!
-//! | setting | Oncely | AWS SDKs (standard mode) | Stripe SDKs | Stainless-generated SDKs |
+//! | setting | Oncely | AWS SDKs (standard mode) | Stripe (stripe-go) | Stainless-generated SDKs |
 //! |---|---|---|---|---|
-//! | attempts in total | **3** | 3 | 1 + `max_network_retries` (2 in current SDKs) = 3 | 1 + 2 retries = 3 |
-//! | base delay | **500 ms** | `random(0..1) * 2^n` seconds, i.e. 1 s (the 2026 revision uses a shorter base for transient errors than for throttling) | 500 ms | 500 ms |
+//! | attempts in total | **3** | 3 | 1 + 2 retries (`DefaultMaxNetworkRetries`) | 1 + 2 retries |
+//! | base delay | **500 ms** | `random(0..1) * 2^n` seconds, i.e. 1 s (the 2026 revision uses a shorter base for transient errors than for throttling) | 500 ms, growing quadratically | 500 ms |
 //! | cap on one delay | **8 s** | 20 s | 5 s | 8 s |
-//! | per-attempt timeout | **10 s** | per service | 80 s (stripe-go HTTP timeout) | 60 s |
+//! | per-attempt timeout | **10 s** | per service | 80 s | 60 s |
 //! | overall deadline | **30 s** | none by default | none | none |
-//! | jitter | **full** | full ("random 0..1" factor) | partial | partial |
+//! | jitter | **full** | full | partial | partial (up to 25 % off) |
 //!
 //! - **3 attempts**: what all three families converge on. More attempts multiply load during an
 //!   outage (see [`crate::budget`]) and rarely turn a failure into a success.

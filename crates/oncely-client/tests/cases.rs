@@ -405,10 +405,10 @@ async fn c5_one_deadline_for_the_whole_call() {
     // timer fired a hair before the deadline.
     assert!((3..=4).contains(&err.attempts()), "{err}");
     assert!(
-        took <= deadline + Duration::from_millis(40),
+        took <= deadline + Duration::from_millis(50),
         "took {took:?}"
     );
-    assert!(err.elapsed() <= deadline + Duration::from_millis(40));
+    assert!(err.elapsed() <= deadline + Duration::from_millis(50));
     assert!(err.to_string().contains("deadline"), "{err}");
     assert!(
         err.to_string()
