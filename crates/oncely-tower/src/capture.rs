@@ -340,7 +340,7 @@ mod tests {
         };
         assert_eq!(&data[..], b"abcdef");
         let body = c.into_body();
-        assert_eq!(body.size_hint().exact(), Some(6));
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(6));
         assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"abcdef");
     }
 
@@ -359,10 +359,7 @@ mod tests {
     fn replay_adds_the_replayed_header_and_keeps_order() {
         let s = StoredResponse {
             status: 201,
-            headers: vec![
-                ("x-m".into(), b"1".to_vec()),
-                ("x-m".into(), b"2".to_vec()),
-            ],
+            headers: vec![("x-m".into(), b"1".to_vec()), ("x-m".into(), b"2".to_vec())],
             body: b"{}".to_vec(),
             body_retained: true,
         };

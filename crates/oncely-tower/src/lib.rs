@@ -88,7 +88,6 @@
 //! scope and replay window, a request's side effects run once however often it is retried,
 //! provided the handler's effects happen inside the handler (see `oncely_core`).
 
-
 pub mod capture;
 mod config;
 pub mod context;

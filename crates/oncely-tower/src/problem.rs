@@ -24,8 +24,7 @@ use oncely_core::{ErrorCode, Problem, StatusProfile};
 /// Renders a problem as a response: its status, `Content-Type: application/problem+json`, the
 /// JSON body, and `Retry-After: <seconds>` when `retry_after_secs` is given.
 pub fn problem_response(problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body> {
-    let status =
-        StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = Full::new(Bytes::from(problem.to_json()))
         .map_err(|never| match never {})
         .boxed_unsync();
@@ -34,7 +33,8 @@ pub fn problem_response(problem: &Problem, retry_after_secs: Option<u64>) -> Res
     res.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     if let Some(secs) = retry_after_secs {
-        res.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+        res.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
     }
     res
 }

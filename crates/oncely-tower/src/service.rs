@@ -43,8 +43,8 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use oncely_core::fingerprint::RequestParts;
 use oncely_core::{
     ClaimOutcome, ClaimRequest, ErrorCode, FencingToken, Fingerprint, IdempotencyKey,
-    InFlightBehavior, KeyError, RecordKey, RecordState, StoreError, StoredRequest,
-    StoredResponse, clock::duration_millis,
+    InFlightBehavior, KeyError, RecordKey, RecordState, StoreError, StoredRequest, StoredResponse,
+    clock::duration_millis,
 };
 use std::fmt;
 use std::future::Future;

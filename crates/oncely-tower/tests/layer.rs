@@ -60,13 +60,21 @@ fn setup() -> (Router, Arc<AtomicUsize>, Arc<MemoryStore>, IdempotencyLayer) {
 #[tokio::test]
 async fn first_request_runs_and_the_retry_replays_it_verbatim() {
     let (app, calls, _, layer) = setup();
-    let first = send(&app, post_req("/v1/orders", "acct_a", Some("k1"), r#"{"sku":"A"}"#)).await;
+    let first = send(
+        &app,
+        post_req("/v1/orders", "acct_a", Some("k1"), r#"{"sku":"A"}"#),
+    )
+    .await;
     assert_eq!(first.status, StatusCode::CREATED);
     assert!(!first.replayed());
     // The first caller gets the original response whole, cookie included.
     assert_eq!(first.headers["set-cookie"], "session=secret");
 
-    let retry = send(&app, post_req("/v1/orders", "acct_a", Some("k1"), r#"{"sku":"A"}"#)).await;
+    let retry = send(
+        &app,
+        post_req("/v1/orders", "acct_a", Some("k1"), r#"{"sku":"A"}"#),
+    )
+    .await;
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.body, first.body, "byte-identical body");
@@ -79,7 +87,10 @@ async fn first_request_runs_and_the_retry_replays_it_verbatim() {
     assert_eq!(multi, vec!["first", "second"], "multi-valued, in order");
     assert_eq!(retry.headers["location"], "/v1/orders/1");
     assert_eq!(retry.headers["content-type"], "application/json");
-    assert!(retry.headers.get("set-cookie").is_none(), "never replay a cookie");
+    assert!(
+        retry.headers.get("set-cookie").is_none(),
+        "never replay a cookie"
+    );
 
     let m = layer.metrics().snapshot();
     assert_eq!((m.claims, m.replays, m.store_errors), (1, 1, 0));
@@ -100,7 +111,11 @@ async fn same_key_different_body_is_422_and_never_the_stored_body() {
     assert!(other.headers.get("retry-after").is_none());
     assert!(!String::from_utf8_lossy(&other.body).contains("12345"));
     // A different query string is a different request too.
-    let q = send(&app, post_req("/v1/orders?dry_run=1", "acct_a", Some("k"), body1)).await;
+    let q = send(
+        &app,
+        post_req("/v1/orders?dry_run=1", "acct_a", Some("k"), body1),
+    )
+    .await;
     assert_eq!(q.code(), "idempotency_key_mismatch");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(layer.metrics().snapshot().mismatches, 2);
@@ -110,16 +125,29 @@ async fn same_key_different_body_is_422_and_never_the_stored_body() {
 async fn reordered_and_reformatted_json_replays() {
     // Case S4: JSON is compared canonically (RFC 8785); arrays stay order-sensitive.
     let (app, calls, _, _) = setup();
-    let first = send(&app, post_req("/v1/orders", "acct_a", Some("k"), r#"{"a":1,"b":[1,2]}"#)).await;
+    let first = send(
+        &app,
+        post_req("/v1/orders", "acct_a", Some("k"), r#"{"a":1,"b":[1,2]}"#),
+    )
+    .await;
     let retry = send(
         &app,
-        post_req("/v1/orders", "acct_a", Some("k"), "{ \"b\": [1, 2],\n  \"a\": 1 }"),
+        post_req(
+            "/v1/orders",
+            "acct_a",
+            Some("k"),
+            "{ \"b\": [1, 2],\n  \"a\": 1 }",
+        ),
     )
     .await;
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(retry.replayed());
     assert_eq!(retry.body, first.body);
-    let arrays = send(&app, post_req("/v1/orders", "acct_a", Some("k"), r#"{"a":1,"b":[2,1]}"#)).await;
+    let arrays = send(
+        &app,
+        post_req("/v1/orders", "acct_a", Some("k"), r#"{"a":1,"b":[2,1]}"#),
+    )
+    .await;
     assert_eq!(arrays.code(), "idempotency_key_mismatch");
 }
 
@@ -127,10 +155,35 @@ async fn reordered_and_reformatted_json_replays() {
 async fn same_key_in_two_scopes_runs_twice_independently() {
     // Case S9.
     let (app, calls, _, _) = setup();
-    let a = send(&app, post_req("/v1/orders", "tenant_a", Some("chat:123:1"), r#"{"who":"A"}"#)).await;
-    let b = send(&app, post_req("/v1/orders", "tenant_b", Some("chat:123:1"), r#"{"who":"B"}"#)).await;
-    assert_eq!(calls.load(Ordering::SeqCst), 2, "two independent executions");
-    assert_eq!((a.status, b.status), (StatusCode::CREATED, StatusCode::CREATED));
+    let a = send(
+        &app,
+        post_req(
+            "/v1/orders",
+            "tenant_a",
+            Some("chat:123:1"),
+            r#"{"who":"A"}"#,
+        ),
+    )
+    .await;
+    let b = send(
+        &app,
+        post_req(
+            "/v1/orders",
+            "tenant_b",
+            Some("chat:123:1"),
+            r#"{"who":"B"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "two independent executions"
+    );
+    assert_eq!(
+        (a.status, b.status),
+        (StatusCode::CREATED, StatusCode::CREATED)
+    );
     assert!(!b.replayed());
     assert_eq!(
         &b.body[..],
@@ -138,8 +191,26 @@ async fn same_key_in_two_scopes_runs_twice_independently() {
     );
     assert!(!String::from_utf8_lossy(&b.body).contains("tenant_a"));
     // Each scope replays its own response.
-    let a2 = send(&app, post_req("/v1/orders", "tenant_a", Some("chat:123:1"), r#"{"who":"A"}"#)).await;
-    let b2 = send(&app, post_req("/v1/orders", "tenant_b", Some("chat:123:1"), r#"{"who":"B"}"#)).await;
+    let a2 = send(
+        &app,
+        post_req(
+            "/v1/orders",
+            "tenant_a",
+            Some("chat:123:1"),
+            r#"{"who":"A"}"#,
+        ),
+    )
+    .await;
+    let b2 = send(
+        &app,
+        post_req(
+            "/v1/orders",
+            "tenant_b",
+            Some("chat:123:1"),
+            r#"{"who":"B"}"#,
+        ),
+    )
+    .await;
     assert_eq!((a2.body.clone(), b2.body.clone()), (a.body, b.body));
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
@@ -310,12 +381,17 @@ async fn oversized_request_bodies_are_413_and_nothing_runs() {
     let metrics = layer.metrics();
     let app = app(layer, counting_routes(calls.clone()));
     // Declared length.
-    let got = send(&app, post_req("/v1/orders", "a", Some("k"), &"x".repeat(17))).await;
+    let got = send(
+        &app,
+        post_req("/v1/orders", "a", Some("k"), &"x".repeat(17)),
+    )
+    .await;
     assert_eq!(got.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(got.code(), "idempotency_request_too_large");
     // A stream with no declared length.
     let chunks = futures::stream::iter(
-        ["0123456789", "0123456789"].map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c.as_bytes()))),
+        ["0123456789", "0123456789"]
+            .map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c.as_bytes()))),
     );
     let req = http::Request::post("/v1/orders")
         .header("x-account", "a")
@@ -325,7 +401,11 @@ async fn oversized_request_bodies_are_413_and_nothing_runs() {
     let got = send(&app, req).await;
     assert_eq!(got.code(), "idempotency_request_too_large");
     // Exactly at the limit is fine.
-    let ok = send(&app, post_req("/v1/orders", "a", Some("k"), &"1".repeat(16))).await;
+    let ok = send(
+        &app,
+        post_req("/v1/orders", "a", Some("k"), &"1".repeat(16)),
+    )
+    .await;
     assert_eq!(ok.status, StatusCode::CREATED);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(metrics.snapshot().claims, 1);
@@ -342,8 +422,10 @@ async fn credentials_never_enter_the_fingerprint_but_configured_headers_do() {
     let app = app(layer, counting_routes(calls.clone()));
     let req = |auth: &str, version: &str| {
         let mut r = post_req("/v1/orders?expand=items", "a", Some("k"), r#"{"x":1}"#);
-        r.headers_mut().insert("authorization", auth.parse().unwrap());
-        r.headers_mut().insert("x-api-version", version.parse().unwrap());
+        r.headers_mut()
+            .insert("authorization", auth.parse().unwrap());
+        r.headers_mut()
+            .insert("x-api-version", version.parse().unwrap());
         r
     };
     send(&app, req("Bearer old", "2024-01-01")).await;
@@ -357,7 +439,10 @@ async fn credentials_never_enter_the_fingerprint_but_configured_headers_do() {
 
     // The stored request, for the completer: never the credential.
     let rec = store
-        .get(&RecordKey::new(Scope::new("a"), IdempotencyKey::new("k").unwrap()))
+        .get(&RecordKey::new(
+            Scope::new("a"),
+            IdempotencyKey::new("k").unwrap(),
+        ))
         .await
         .unwrap()
         .unwrap();
@@ -400,14 +485,26 @@ async fn not_executed_is_returned_unstored_and_releases_the_key() {
     let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
     let metrics = layer.metrics();
     let app = app(layer, routes);
-    let bad = send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"amount":"invalid"}"#)).await;
+    let bad = send(
+        &app,
+        post_req("/v1/orders", "a", Some("k"), r#"{"amount":"invalid"}"#),
+    )
+    .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(&bad.body[..], b"fix the amount");
     // The corrected request, same key, executes (no mismatch: nothing was stored).
-    let good = send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"amount":100}"#)).await;
+    let good = send(
+        &app,
+        post_req("/v1/orders", "a", Some("k"), r#"{"amount":100}"#),
+    )
+    .await;
     assert_eq!(good.status, StatusCode::CREATED);
     assert!(!good.replayed());
-    let again = send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"amount":100}"#)).await;
+    let again = send(
+        &app,
+        post_req("/v1/orders", "a", Some("k"), r#"{"amount":100}"#),
+    )
+    .await;
     assert!(again.replayed());
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     let m = metrics.snapshot();
@@ -467,14 +564,28 @@ async fn store_policy_releases_retry_later_statuses_and_stores_5xx() {
         }),
     );
     let app = app(IdempotencyLayer::new(Arc::new(MemoryStore::new())), routes);
-    let t1 = send(&app, post_req("/v1/orders", "a", Some("t"), r#""throttle""#)).await;
-    let t2 = send(&app, post_req("/v1/orders", "a", Some("t"), r#""throttle""#)).await;
-    assert_eq!((&t1.body[..], &t2.body[..]), (&b"call 1"[..], &b"call 2"[..]));
+    let t1 = send(
+        &app,
+        post_req("/v1/orders", "a", Some("t"), r#""throttle""#),
+    )
+    .await;
+    let t2 = send(
+        &app,
+        post_req("/v1/orders", "a", Some("t"), r#""throttle""#),
+    )
+    .await;
+    assert_eq!(
+        (&t1.body[..], &t2.body[..]),
+        (&b"call 1"[..], &b"call 2"[..])
+    );
     assert!(!t2.replayed(), "429 released the key");
     let e1 = send(&app, post_req("/v1/orders", "a", Some("e"), r#""boom""#)).await;
     let e2 = send(&app, post_req("/v1/orders", "a", Some("e"), r#""boom""#)).await;
     assert_eq!(e1.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(e2.replayed(), "a non-transactional 500 may have had effects: replayed");
+    assert!(
+        e2.replayed(),
+        "a non-transactional 500 may have had effects: replayed"
+    );
     assert_eq!(e2.body, e1.body);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
@@ -514,7 +625,10 @@ async fn a_store_that_fails_after_the_claim_still_returns_the_response() {
     assert_eq!(retry.code(), "idempotency_request_in_flight");
     let rec = store
         .inner
-        .get(&RecordKey::new(Scope::new("a"), IdempotencyKey::new("k").unwrap()))
+        .get(&RecordKey::new(
+            Scope::new("a"),
+            IdempotencyKey::new("k").unwrap(),
+        ))
         .await
         .unwrap()
         .unwrap();
@@ -558,7 +672,11 @@ async fn streaming_response_over_the_cap_is_delivered_whole_then_not_retained() 
     let app = app(layer, streaming_routes(calls.clone(), CHUNKS));
     let first = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
     assert_eq!(first.status, StatusCode::OK);
-    assert_eq!(&first.body[..], b"id,amount\n1,100\n2,200\n3,300\n", "every byte");
+    assert_eq!(
+        &first.body[..],
+        b"id,amount\n1,100\n2,200\n3,300\n",
+        "every byte"
+    );
 
     let replay = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
     assert_eq!(calls.load(Ordering::SeqCst), 1, "never re-executed");
@@ -571,7 +689,10 @@ async fn streaming_response_over_the_cap_is_delivered_whole_then_not_retained() 
 
     // The record keeps status and headers, and says the body was not retained.
     let rec = store
-        .get(&RecordKey::new(Scope::new("a"), IdempotencyKey::new("k").unwrap()))
+        .get(&RecordKey::new(
+            Scope::new("a"),
+            IdempotencyKey::new("k").unwrap(),
+        ))
         .await
         .unwrap()
         .unwrap();
@@ -581,7 +702,11 @@ async fn streaming_response_over_the_cap_is_delivered_whole_then_not_retained() 
     assert_eq!(response.status, 200);
     assert!(!response.body_retained);
     assert!(response.body.is_empty());
-    assert!(response.headers.contains(&("x-export".to_owned(), b"1".to_vec())));
+    assert!(
+        response
+            .headers
+            .contains(&("x-export".to_owned(), b"1".to_vec()))
+    );
     let m = metrics.snapshot();
     assert_eq!((m.not_retained, m.replays), (1, 1));
 }
@@ -600,7 +725,10 @@ async fn streaming_response_under_the_cap_replays_byte_identical() {
     assert_eq!(&replay.body[..], b"id,amount\n1,100\n2,200\n3,300\n");
     assert_eq!(replay.body, first.body);
     assert_eq!(replay.status, first.status);
-    assert_eq!(comparable_headers(&replay.headers), comparable_headers(&first.headers));
+    assert_eq!(
+        comparable_headers(&replay.headers),
+        comparable_headers(&first.headers)
+    );
     assert!(replay.replayed());
 }
 
@@ -623,7 +751,14 @@ async fn a_body_exactly_at_the_cap_is_retained() {
 async fn every_claim_outcome_is_mapped() {
     // Case S11 is a store matter (a lost insert race is the "record exists" path); here the
     // layer's side: each outcome a store can answer becomes the right response, never a 500.
-    async fn run(outcome: ClaimOutcome) -> (Got, usize, Vec<&'static str>, Option<(ClaimKind, Option<String>)>) {
+    async fn run(
+        outcome: ClaimOutcome,
+    ) -> (
+        Got,
+        usize,
+        Vec<&'static str>,
+        Option<(ClaimKind, Option<String>)>,
+    ) {
         let store = Arc::new(ScriptedStore::new(outcome));
         let calls = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(std::sync::Mutex::new(None));
@@ -660,13 +795,19 @@ async fn every_claim_outcome_is_mapped() {
 
     let (_, calls, _, seen) = run(claim(ClaimKind::Takeover, Some("charged"))).await;
     assert_eq!(calls, 1);
-    assert_eq!(seen, Some((ClaimKind::Takeover, Some("charged".to_owned()))));
+    assert_eq!(
+        seen,
+        Some((ClaimKind::Takeover, Some("charged".to_owned())))
+    );
 
     let (_, calls, _, seen) = run(claim(ClaimKind::AfterReplayWindow, None)).await;
     assert_eq!(calls, 1);
     assert_eq!(seen, Some((ClaimKind::AfterReplayWindow, None)));
 
-    let (got, calls, writes, _) = run(ClaimOutcome::InFlight { lease_expires_at: 0 }).await;
+    let (got, calls, writes, _) = run(ClaimOutcome::InFlight {
+        lease_expires_at: 0,
+    })
+    .await;
     assert_eq!((got.status, calls), (StatusCode::CONFLICT, 0));
     assert_eq!(got.code(), "idempotency_request_in_flight");
     assert_eq!(got.headers["retry-after"], "1");
@@ -684,9 +825,15 @@ async fn every_claim_outcome_is_mapped() {
         completed_at: 0,
     })
     .await;
-    assert_eq!((got.status, calls, &got.body[..]), (StatusCode::CREATED, 0, &b"stored"[..]));
+    assert_eq!(
+        (got.status, calls, &got.body[..]),
+        (StatusCode::CREATED, 0, &b"stored"[..])
+    );
     assert!(got.replayed());
-    assert_eq!(got.headers.get_all("x-a").iter().collect::<Vec<_>>(), vec!["1", "2"]);
+    assert_eq!(
+        got.headers.get_all("x-a").iter().collect::<Vec<_>>(),
+        vec!["1", "2"]
+    );
 
     let (got, calls, _, _) = run(ClaimOutcome::Replay {
         response: StoredResponse {
@@ -717,7 +864,11 @@ async fn works_as_a_route_layer_and_leaves_unmatched_routes_alone() {
     assert_eq!(first.status, StatusCode::CREATED);
     assert!(retry.replayed());
     let missing = send(&app, post_req("/nowhere", "a", None, "{}")).await;
-    assert_eq!(missing.status, StatusCode::NOT_FOUND, "not a 400: route_layer skips 404s");
+    assert_eq!(
+        missing.status,
+        StatusCode::NOT_FOUND,
+        "not a 400: route_layer skips 404s"
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
@@ -750,7 +901,9 @@ async fn works_on_a_plain_tower_service_with_any_body() {
         .layer(IdempotencyLayer::new(Arc::new(MemoryStore::new())))
         .service_fn(|req: http::Request<oncely_tower::Body>| async move {
             let claimed = req.extensions().get::<IdempotencyContext>().is_some();
-            Ok::<_, std::convert::Infallible>(Response::new(Body::from(format!("claimed={claimed}"))))
+            Ok::<_, std::convert::Infallible>(Response::new(Body::from(format!(
+                "claimed={claimed}"
+            ))))
         });
     let mut req = http::Request::post("/x")
         .header("idempotency-key", "k")
@@ -758,7 +911,10 @@ async fn works_on_a_plain_tower_service_with_any_body() {
         .unwrap();
     req.extensions_mut().insert(Scope::new("a"));
     let res = svc.clone().oneshot(req).await.unwrap();
-    let body = http_body_util::BodyExt::collect(res.into_body()).await.unwrap().to_bytes();
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
     assert_eq!(&body[..], b"claimed=true");
     let _ = Frame::data(Bytes::new());
 }

@@ -88,7 +88,11 @@ async fn an_owner_that_stops_heartbeating_loses_the_key_and_its_late_writes_are_
     let first = spawn_send(&app, req());
     sleep(Duration::from_secs(29)).await;
     let early = send(&app, req()).await;
-    assert_eq!(early.code(), "idempotency_request_in_flight", "lease still alive at 29 s");
+    assert_eq!(
+        early.code(),
+        "idempotency_request_in_flight",
+        "lease still alive at 29 s"
+    );
     assert_eq!(early.headers["retry-after"], "1");
 
     sleep(Duration::from_secs(2)).await; // t = 31 s: the lease lapsed at 30 s
@@ -108,7 +112,10 @@ async fn an_owner_that_stops_heartbeating_loses_the_key_and_its_late_writes_are_
     assert_eq!(&first.body[..], b"owner 1");
     // ...but its completion was fenced and the record is the new owner's.
     let m = metrics.snapshot();
-    assert_eq!((m.claims, m.lease_takeovers, m.fencing_rejections), (2, 1, 1));
+    assert_eq!(
+        (m.claims, m.lease_takeovers, m.fencing_rejections),
+        (2, 1, 1)
+    );
     let rec = mem.get(&id("acct", "pay-1")).await.unwrap().unwrap();
     assert_eq!(rec.token, FencingToken(2));
     let RecordState::Complete { response, .. } = &rec.state else {
@@ -151,7 +158,14 @@ async fn the_heartbeat_keeps_a_slow_live_owner_from_being_taken_over() {
     assert_eq!(started.elapsed(), Duration::from_secs(100));
     assert_eq!(seen.lock().unwrap().len(), 1, "never taken over");
     let m = metrics.snapshot();
-    assert_eq!((m.lease_takeovers, m.in_flight_conflicts, m.fencing_rejections), (0, 3, 0));
+    assert_eq!(
+        (
+            m.lease_takeovers,
+            m.in_flight_conflicts,
+            m.fencing_rejections
+        ),
+        (0, 3, 0)
+    );
     assert!(send(&app, req()).await.replayed());
 }
 
@@ -188,7 +202,10 @@ async fn a_crashed_owner_is_taken_over_after_its_lease_and_resumes_at_its_recove
         let got = send(&app, req()).await;
         assert_eq!(got.status, StatusCode::CONFLICT, "at {at} s");
         assert_eq!(got.code(), "idempotency_request_in_flight");
-        assert_eq!(got.headers["retry-after"], "1", "every 409 carries Retry-After");
+        assert_eq!(
+            got.headers["retry-after"], "1",
+            "every 409 carries Retry-After"
+        );
     }
     sleep_until_secs(started, 31).await;
     let resumed = send(&app, req()).await;
@@ -222,15 +239,19 @@ async fn after_the_replay_window_the_same_key_executes_again_as_new() {
     assert_eq!(&after.body[..], b"owner 2");
     // A different body after the window is a brand-new request too, never an error.
     sleep(Duration::from_secs(24 * 3600)).await;
-    let other = send(&app, post_req("/v1/payments", "acct", Some("w"), r#"{"amount":5}"#)).await;
+    let other = send(
+        &app,
+        post_req("/v1/payments", "acct", Some("w"), r#"{"amount":5}"#),
+    )
+    .await;
     assert_eq!(other.status, StatusCode::CREATED);
     assert_eq!(
-        seen.lock()
-            .unwrap()
-            .iter()
-            .map(|s| s.0)
-            .collect::<Vec<_>>(),
-        vec![ClaimKind::New, ClaimKind::AfterReplayWindow, ClaimKind::AfterReplayWindow]
+        seen.lock().unwrap().iter().map(|s| s.0).collect::<Vec<_>>(),
+        vec![
+            ClaimKind::New,
+            ClaimKind::AfterReplayWindow,
+            ClaimKind::AfterReplayWindow
+        ]
     );
 }
 
@@ -335,7 +356,10 @@ async fn near_simultaneous_duplicates_execute_once() {
             };
         }
         let layer = IdempotencyLayer::new(Arc::new(paused_store())).with_policy(policy);
-        let app = app(layer, slow_counting_routes(calls.clone(), Duration::from_millis(300)));
+        let app = app(
+            layer,
+            slow_counting_routes(calls.clone(), Duration::from_millis(300)),
+        );
         let req = || post_req("/v1/payments", "acct", Some("s5"), BODY);
         let started = Instant::now();
         let first = spawn_send(&app, req());
@@ -348,9 +372,16 @@ async fn near_simultaneous_duplicates_execute_once() {
             assert!(second.replayed());
             assert_eq!(second.status, StatusCode::CREATED);
             assert_eq!(second.body, first.body);
-            assert_eq!(comparable_headers(&second.headers), comparable_headers(&first.headers));
+            assert_eq!(
+                comparable_headers(&second.headers),
+                comparable_headers(&first.headers)
+            );
             // Answered at the first poll after completion (t = 300 ms), not at the bound.
-            assert!(started.elapsed() < Duration::from_millis(330), "{:?}", started.elapsed());
+            assert!(
+                started.elapsed() < Duration::from_millis(330),
+                "{:?}",
+                started.elapsed()
+            );
         } else {
             assert_eq!(second.code(), "idempotency_request_in_flight");
             assert_eq!(second.headers["retry-after"], "1");
@@ -369,7 +400,10 @@ async fn wait_mode_answers_409_at_its_bound_and_never_runs_the_handler() {
         },
         ..Policy::default()
     });
-    let app = app(layer, slow_counting_routes(calls.clone(), Duration::from_secs(10)));
+    let app = app(
+        layer,
+        slow_counting_routes(calls.clone(), Duration::from_secs(10)),
+    );
     let req = || post_req("/v1/payments", "acct", Some("wait"), BODY);
     let first = spawn_send(&app, req());
     sleep(Duration::from_millis(1)).await;

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, MemoryStore, ReapReport, Record,
-    RecordKey, Scope, StoreError, StoredResponse, UnixMillis,
+    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, MemoryStore, ReapReport, Record, RecordKey,
+    Scope, StoreError, StoredResponse, UnixMillis,
 };
 
 use std::time::Duration;
@@ -36,9 +36,7 @@ pub async fn authenticate(mut req: Request, next: Next) -> Response {
 
 /// `routes` behind the idempotency layer, behind authentication.
 pub fn app(layer: oncely_tower::IdempotencyLayer, routes: Router) -> Router {
-    routes
-        .layer(layer)
-        .layer(middleware::from_fn(authenticate))
+    routes.layer(layer).layer(middleware::from_fn(authenticate))
 }
 
 /// A JSON POST from `account` with an optional key.
@@ -170,7 +168,9 @@ impl KeyStore for FaultStore {
         lease: Duration,
     ) -> Result<(), StoreError> {
         self.check()?;
-        self.inner.checkpoint(id, token, recovery_point, lease).await
+        self.inner
+            .checkpoint(id, token, recovery_point, lease)
+            .await
     }
     async fn complete(
         &self,
@@ -232,15 +232,32 @@ impl KeyStore for ScriptedStore {
         self.writes.lock().unwrap().push("claim");
         Ok(self.outcome.clone())
     }
-    async fn renew(&self, _: &RecordKey, _: FencingToken, _: Duration) -> Result<UnixMillis, StoreError> {
+    async fn renew(
+        &self,
+        _: &RecordKey,
+        _: FencingToken,
+        _: Duration,
+    ) -> Result<UnixMillis, StoreError> {
         self.writes.lock().unwrap().push("renew");
         Ok(0)
     }
-    async fn checkpoint(&self, _: &RecordKey, _: FencingToken, _: &str, _: Duration) -> Result<(), StoreError> {
+    async fn checkpoint(
+        &self,
+        _: &RecordKey,
+        _: FencingToken,
+        _: &str,
+        _: Duration,
+    ) -> Result<(), StoreError> {
         self.writes.lock().unwrap().push("checkpoint");
         Ok(())
     }
-    async fn complete(&self, _: &RecordKey, _: FencingToken, _: StoredResponse, _: Duration) -> Result<(), StoreError> {
+    async fn complete(
+        &self,
+        _: &RecordKey,
+        _: FencingToken,
+        _: StoredResponse,
+        _: Duration,
+    ) -> Result<(), StoreError> {
         self.writes.lock().unwrap().push("complete");
         Ok(())
     }
