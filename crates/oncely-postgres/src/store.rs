@@ -338,10 +338,7 @@ impl KeyStore for PostgresStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<UnixMillis, StoreError> {
-        let until = self
-            .clock
-            .now_millis()
-            .saturating_add(lease_millis(lease));
+        let until = self.clock.now_millis().saturating_add(lease_millis(lease));
         let result = retry_transient!(
             sqlx::query(sql::RENEW)
                 .bind(id.scope.as_str())
@@ -362,10 +359,7 @@ impl KeyStore for PostgresStore {
         recovery_point: &str,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        let until = self
-            .clock
-            .now_millis()
-            .saturating_add(lease_millis(lease));
+        let until = self.clock.now_millis().saturating_add(lease_millis(lease));
         let result = retry_transient!(
             sqlx::query(sql::CHECKPOINT)
                 .bind(id.scope.as_str())
@@ -434,7 +428,11 @@ impl KeyStore for PostgresStore {
                 report.orphaned += 1;
                 let scope: &str = row.try_get(0).map_err(map)?;
                 let key: &str = row.try_get(1).map_err(map)?;
-                tracing::warn!(scope, key, "reaped an in-flight record: its request was abandoned and never finished");
+                tracing::warn!(
+                    scope,
+                    key,
+                    "reaped an in-flight record: its request was abandoned and never finished"
+                );
             }
         }
         Ok(report)
@@ -495,8 +493,8 @@ pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
     let key = IdempotencyKey::new(&key).map_err(|e| corrupt("key", e))?;
     let version: i32 = row.try_get("fingerprint_version").map_err(map)?;
     let digest: Vec<u8> = row.try_get("fingerprint").map_err(map)?;
-    let fingerprint =
-        Fingerprint::from_stored(i64::from(version), &digest).map_err(|e| corrupt("fingerprint", e))?;
+    let fingerprint = Fingerprint::from_stored(i64::from(version), &digest)
+        .map_err(|e| corrupt("fingerprint", e))?;
     let state_name: String = row.try_get("state").map_err(map)?;
     let state = match state_name.as_str() {
         "in_flight" => RecordState::InFlight {

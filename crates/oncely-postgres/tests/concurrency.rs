@@ -54,7 +54,10 @@ async fn storm(stores: &[Arc<PostgresStore>], id: &RecordKey, effects: &AtomicU6
     tally
 }
 
-async fn instances(clock: &ManualClock, settings: &[(&str, &str)]) -> Option<Vec<Arc<PostgresStore>>> {
+async fn instances(
+    clock: &ManualClock,
+    settings: &[(&str, &str)],
+) -> Option<Vec<Arc<PostgresStore>>> {
     let mut stores = Vec::new();
     for _ in 0..3 {
         let s = common::instance(clock, 6, Duration::from_secs(5), settings).await?;
@@ -85,17 +88,30 @@ async fn one_winner_runs(settings: &[(&str, &str)], runs: usize) {
 
         clock.advance(LEASE + Duration::from_millis(1));
         let takeover = storm(&stores, &id, &effects).await;
-        assert_eq!(takeover.claimed, vec![(ClaimKind::Takeover, 2)], "run {run}");
+        assert_eq!(
+            takeover.claimed,
+            vec![(ClaimKind::Takeover, 2)],
+            "run {run}"
+        );
         assert_eq!(takeover.in_flight, TASKS - 1, "run {run}");
         assert_eq!(effects.load(Ordering::SeqCst), 2, "run {run}");
 
         stores[run % 3]
-            .complete(&id, oncely_core::FencingToken(2), tricky_response(), RETENTION)
+            .complete(
+                &id,
+                oncely_core::FencingToken(2),
+                tricky_response(),
+                RETENTION,
+            )
             .await
             .unwrap();
         let replay = storm(&stores, &id, &effects).await;
         assert_eq!(replay.replays, TASKS, "run {run}");
-        assert_eq!(effects.load(Ordering::SeqCst), 2, "run {run}: replays run nothing");
+        assert_eq!(
+            effects.load(Ordering::SeqCst),
+            2,
+            "run {run}: replays run nothing"
+        );
     }
 }
 
@@ -119,7 +135,10 @@ async fn cold_instance_replays() {
     let Some(a) = common::store(clock.clone()).await else {
         return;
     };
-    let id = RecordKey::new(common::fresh_scope("cold"), IdempotencyKey::new("K").unwrap());
+    let id = RecordKey::new(
+        common::fresh_scope("cold"),
+        IdempotencyKey::new("K").unwrap(),
+    );
     let ClaimOutcome::Claimed(c) = a.claim(claim_req(&id, r#"{"amount":100}"#)).await.unwrap()
     else {
         panic!("first claim")
@@ -198,8 +217,10 @@ async fn concurrent_migrations_on_a_fresh_database() {
     .unwrap();
     assert_eq!(indexes, 3, "primary key, expires_at, in-flight leases");
     check.pool().close().await;
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE {db} WITH (FORCE)")))
-        .execute(admin.pool())
-        .await
-        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {db} WITH (FORCE)"
+    )))
+    .execute(admin.pool())
+    .await
+    .unwrap();
 }

@@ -7,8 +7,8 @@ mod common;
 
 use oncely_core::conformance::{LEASE, RETENTION, claim_req};
 use oncely_core::{
-    Claim, ClaimKind, ClaimOutcome, IdempotencyKey, KeyStore, ManualClock, RecordKey,
-    StoreError, StoredResponse,
+    Claim, ClaimKind, ClaimOutcome, IdempotencyKey, KeyStore, ManualClock, RecordKey, StoreError,
+    StoredResponse,
 };
 use oncely_postgres::{Phase, PostgresStore};
 use std::time::{Duration, Instant};
@@ -21,7 +21,9 @@ const COUNT_ORDERS: &str =
     "SELECT count(*) FROM oncely_pg_test_orders WHERE scope = $1 AND key = $2";
 
 /// An owner instance (5 s lock timeout) and a second instance, sharing one clock.
-async fn setup(other_lock_timeout: Duration) -> Option<(ManualClock, PostgresStore, PostgresStore)> {
+async fn setup(
+    other_lock_timeout: Duration,
+) -> Option<(ManualClock, PostgresStore, PostgresStore)> {
     let clock = ManualClock::starting_now();
     let a = common::instance(&clock, 4, Duration::from_secs(5), &[]).await?;
     let b = common::instance(&clock, 4, other_lock_timeout, &[]).await?;
@@ -41,7 +43,11 @@ fn new_id(tag: &str) -> RecordKey {
 }
 
 async fn claimed(store: &PostgresStore, id: &RecordKey) -> Claim {
-    match store.claim(claim_req(id, r#"{"amount":100}"#)).await.unwrap() {
+    match store
+        .claim(claim_req(id, r#"{"amount":100}"#))
+        .await
+        .unwrap()
+    {
         ClaimOutcome::Claimed(c) => c,
         other => panic!("expected a claim, got {other:?}"),
     }
@@ -179,9 +185,7 @@ async fn rollback_and_release_leaves_no_row_and_key_claimable() {
     let c = claimed(&a, &id).await;
     let mut phase = a.begin_phase(&id, c.token, LEASE).await.unwrap();
     insert_order(&mut phase, &id, "create").await;
-    let failed = sqlx::query("SELECT 1 / 0")
-        .execute(&mut **phase.tx())
-        .await;
+    let failed = sqlx::query("SELECT 1 / 0").execute(&mut **phase.tx()).await;
     assert!(failed.is_err(), "the handler's statement fails");
     phase.rollback_and_release().await.unwrap();
 
