@@ -2,7 +2,7 @@
 //!
 //! `cargo run -p oncely-client --release --example simulate`
 
-use oncely_client::simulate::{ContentionConfig, OutageConfig, compare_contention, run_outage};
+use oncely_client::simulate::{ContentionConfig, OutageConfig, compare_budget, compare_contention};
 
 fn main() {
     let config = ContentionConfig::new();
@@ -15,8 +15,10 @@ fn main() {
             r.mean_completion.as_secs_f64() * 1000.0
         );
     }
-    let outage = OutageConfig::new();
-    for report in [run_outage(&outage.with_budget(None)), run_outage(&outage)] {
-        println!("{report:?}");
+    for report in compare_budget(&OutageConfig::new()) {
+        println!(
+            "budget {:<5} requests {:>7} / calls {:>7} = amplification {:.3}",
+            report.budget, report.requests, report.logical_calls, report.amplification
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The simulations reproduce the published ranking from the model, not from hard-coded numbers.
 
 use oncely_client::simulate::{
-    ContentionConfig, ContentionReport, OutageConfig, Strategy, compare_contention, run_outage,
+    ContentionConfig, ContentionReport, OutageConfig, Strategy, compare_budget, compare_contention,
+    run_outage,
 };
 
 fn by(reports: &[ContentionReport], s: Strategy) -> ContentionReport {
@@ -64,9 +65,9 @@ fn contention_is_deterministic_per_seed() {
 
 #[test]
 fn outage_amplification_with_and_without_budget() {
-    let config = OutageConfig::new(); // 100 instances x 1,000 calls, 100% failure
-    let without = run_outage(&config.with_budget(None));
-    let with = run_outage(&config);
+    // 100 instances x 1,000 calls, 100% failure, 3 attempts.
+    let [without, with] = compare_budget(&OutageConfig::new());
+    assert!(!without.budget && with.budget);
     eprintln!("{without:?}\n{with:?}");
     assert_eq!(without.logical_calls, 100_000);
     assert!((without.amplification - 3.0).abs() < 1e-9, "{without:?}");

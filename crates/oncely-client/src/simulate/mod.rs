@@ -30,5 +30,5 @@ pub mod outage;
 mod strategy;
 
 pub use contention::{ContentionConfig, ContentionReport, compare_contention, run_contention};
-pub use outage::{OutageConfig, OutageReport, run_outage};
+pub use outage::{OutageConfig, OutageReport, compare_budget, run_outage};
 pub use strategy::Strategy;

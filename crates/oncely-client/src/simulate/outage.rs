@@ -311,3 +311,13 @@ pub fn run_outage(config: &OutageConfig) -> OutageReport {
     };
     report
 }
+
+/// Runs the same outage twice, without and then with the configured budget (the default budget
+/// if the configuration has none), and returns both reports in that order.
+pub fn compare_budget(config: &OutageConfig) -> [OutageReport; 2] {
+    let budget = config.budget.unwrap_or_default();
+    [
+        run_outage(&config.with_budget(None)),
+        run_outage(&config.with_budget(Some(budget))),
+    ]
+}
