@@ -187,3 +187,57 @@ impl<S> Layer<S> for IdempotencyLayer {
         Idempotency::new(inner, Arc::new(self.config.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncely_core::MemoryStore;
+
+    fn layer() -> IdempotencyLayer {
+        IdempotencyLayer::new(Arc::new(MemoryStore::new()))
+    }
+
+    #[test]
+    fn invalid_policies_are_refused() {
+        let bad = Policy {
+            heartbeat: Duration::from_secs(30),
+            ..Policy::default()
+        };
+        assert!(matches!(
+            layer().try_with_policy(bad).unwrap_err(),
+            PolicyError::HeartbeatNotShorterThanLease { .. }
+        ));
+        let good = Policy {
+            lease: Duration::from_secs(60),
+            ..Policy::default()
+        };
+        assert_eq!(
+            layer().try_with_policy(good).unwrap().policy().lease,
+            Duration::from_secs(60)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid idempotency policy")]
+    fn with_policy_panics_on_an_invalid_policy() {
+        let _ = layer().with_policy(Policy {
+            retention: Duration::from_secs(1),
+            ..Policy::default()
+        });
+    }
+
+    #[test]
+    fn credential_headers_never_enter_the_fingerprint() {
+        let l = layer().with_fingerprint_headers(vec![
+            HeaderName::from_static("x-api-version"),
+            http::header::AUTHORIZATION,
+            http::header::COOKIE,
+            http::header::PROXY_AUTHORIZATION,
+        ]);
+        assert_eq!(
+            l.config.fingerprint_headers,
+            vec![HeaderName::from_static("x-api-version")]
+        );
+        assert_eq!(l.config.store_timeout, DEFAULT_STORE_TIMEOUT);
+    }
+}

@@ -415,3 +415,91 @@ async fn wait_mode_answers_409_at_its_bound_and_never_runs_the_handler() {
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fenced_heartbeat_is_counted_and_stops_and_the_response_still_returns() {
+    // The handler loses its claim while it runs (here it releases the record itself, the
+    // simplest way to make its token stale): the next heartbeat is fenced and counted, the
+    // heartbeat stops, the completion is fenced and counted too, and the caller still gets the
+    // response of the work that was done.
+    let mem = paused_store();
+    let layer = IdempotencyLayer::new(Arc::new(mem.clone())); // heartbeat every 10 s
+    let metrics = layer.metrics();
+    let seen: Seen = Arc::default();
+    let app = app(
+        layer,
+        recording_routes(seen.clone(), |_, ctx: IdempotencyContext| async move {
+            ctx.store.release(&ctx.id, ctx.token).await.unwrap();
+            sleep(Duration::from_secs(25)).await; // two heartbeats would fall in here
+        }),
+    );
+    let got = send(&app, post_req("/v1/payments", "acct", Some("f"), BODY)).await;
+    assert_eq!(got.status, StatusCode::CREATED);
+    assert_eq!(&got.body[..], b"owner 1");
+    // One fenced renew (then the heartbeat stopped: no second one), one fenced completion.
+    assert_eq!(metrics.snapshot().fencing_rejections, 2);
+    let rec = mem.get(&id("acct", "f")).await.unwrap().unwrap();
+    assert_eq!(
+        rec.state,
+        RecordState::Released,
+        "the fenced completion changed nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_mode_stops_waiting_when_the_first_request_releases_its_key() {
+    use axum::Extension;
+    use axum::response::IntoResponse;
+    use oncely_tower::HandlerOutcome;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let routes = Router::new().route(
+        "/v1/payments",
+        post(move || {
+            let c = c.clone();
+            async move {
+                let n = c.fetch_add(1, Ordering::SeqCst);
+                sleep(Duration::from_millis(100)).await;
+                if n == 0 {
+                    (
+                        StatusCode::BAD_REQUEST,
+                        Extension(HandlerOutcome::NotExecuted),
+                        "rejected",
+                    )
+                        .into_response()
+                } else {
+                    (StatusCode::CREATED, "paid").into_response()
+                }
+            }
+        }),
+    );
+    let layer = IdempotencyLayer::new(Arc::new(paused_store())).with_policy(Policy {
+        in_flight: InFlightBehavior::Wait {
+            max: Duration::from_secs(5),
+            poll: Duration::from_millis(50),
+        },
+        ..Policy::default()
+    });
+    let app = app(layer, routes);
+    let req = || post_req("/v1/payments", "acct", Some("rel"), BODY);
+    let first = spawn_send(&app, req());
+    sleep(Duration::from_millis(1)).await;
+    let started = Instant::now();
+    let second = send(&app, req()).await;
+    assert_eq!(second.code(), "idempotency_request_in_flight");
+    assert!(
+        started.elapsed() <= Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(first.await.unwrap().status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the waiting request never ran the handler"
+    );
+    // The client's retry claims the released key and executes.
+    let retry = send(&app, req()).await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
