@@ -15,8 +15,8 @@
 //! The factory gets a [`ManualClock`] that the store must read for "now": the scenarios move it
 //! to lapse leases and replay windows without sleeping. Every scenario works in its own fresh
 //! scope, so the suite can share one database with other tests running at the same time; the
-//! reaper and abandoned-list scenarios run their clock in the year 2000 so that they only ever
-//! touch their own records.
+//! reaper scenario runs its clock in the year 2000 and the abandoned-list scenario in 2002, so
+//! that each only ever touches its own records (and the reaper never deletes the list's).
 
 use crate::clock::{Clock, ManualClock};
 use crate::fingerprint::{DefaultFingerprinter, Fingerprint, Fingerprinter, RequestParts};
@@ -576,11 +576,20 @@ where
     }
 }
 
-/// A clock in the year 2000 (plus a random offset), so that reaping only reaches this
-/// scenario's records even in a shared database.
+/// A clock in the year 2000 (plus a random offset under 350 days), so that reaping only
+/// reaches this scenario's records even in a shared database.
 fn clock_in_2000() -> ManualClock {
     let offset: UnixMillis = (uuid::Uuid::new_v4().as_u128() % 500_000) as i64 * 60_000;
     ManualClock::new(946_684_800_000 + offset)
+}
+
+/// A clock in the year 2002 (plus a random offset): later than anything the reaper scenario's
+/// clock (year 2000, plus at most 350 days and 2 hours) can reach, so that scenario, running at
+/// the same time on a shared database, never deletes these records; and still long before any
+/// real-time record's lease lapses, so the abandoned list only sees old records.
+fn clock_in_2002() -> ManualClock {
+    let offset: UnixMillis = (uuid::Uuid::new_v4().as_u128() % 500_000) as i64 * 60_000;
+    ManualClock::new(1_009_843_200_000 + offset)
 }
 
 /// The reaper deletes exactly what is past retention, in bounded batches, and counts in-flight
@@ -645,7 +654,7 @@ where
     F: Fn(ManualClock) -> Fut,
     Fut: Future<Output = Option<S>>,
 {
-    let clock = clock_in_2000();
+    let clock = clock_in_2002();
     let store = skip_unless!(make, &clock);
     let old = fresh_id();
     let c_old = expect_claimed(store.claim(claim_req(&old, r#"{"o":1}"#)).await.unwrap());
