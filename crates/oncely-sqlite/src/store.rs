@@ -328,6 +328,7 @@ impl SqliteStore {
         let fp_version = i64::from(req.fingerprint.version());
         let fp_digest: &[u8] = req.fingerprint.digest();
 
+        // What `decide(None, ..)` grants for an absent key: a first attempt with token 1.
         let first = FencingToken(1);
         let inserted = sqlx::query(sql::INSERT_CLAIM)
             .bind(scope)
