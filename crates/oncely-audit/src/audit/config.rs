@@ -168,15 +168,15 @@ impl AuditConfig {
         }
     }
 
-    /// The most requests this configuration's audit sends: `concurrency + 18`, plus 14
-    /// count-URL reads when `count_url` is set. (Two of those are the in-flight check's retries
-    /// with a shorter delay, sent only when its first attempt misses the in-flight window.)
+    /// The most requests this configuration's audit sends: `concurrency + 18`, plus 16
+    /// count-URL reads when `count_url` is set. (Four requests and four reads of those are the in-flight
+    /// check's two retries with a shorter delay, sent only when a pair misses the in-flight window.)
     pub fn planned_requests(&self) -> usize {
         // concurrency: n; replay: 2; reordered: 1; mismatch: 1; other endpoint: 1;
         // second scope: 1; malformed keys: 4; missing key: 1; in-flight: up to 3 x 2; expiry: 1.
         let probes = self.concurrency + 2 + 1 + 1 + 1 + 1 + 4 + 1 + 6 + 1;
         // count reads before/after: concurrency, replay, reordered, mismatch, in-flight x3, expiry.
-        let counts = if self.count_url.is_some() { 2 * 7 } else { 0 };
+        let counts = if self.count_url.is_some() { 2 * 8 } else { 0 };
         probes + counts
     }
 
@@ -340,16 +340,16 @@ mod tests {
         let mut c = cfg("http://127.0.0.1:9");
         assert_eq!(c.planned_requests(), 20 + 18);
         c.count_url = Some("/v1/p".into());
-        assert_eq!(c.planned_requests(), 20 + 18 + 14);
+        assert_eq!(c.planned_requests(), 20 + 18 + 16);
         c.max_requests = 50;
         assert_eq!(
             c.validate(),
             Err(ConfigError::Budget {
                 given: 50,
-                needed: 52
+                needed: 54
             })
         );
-        c.max_requests = 52;
+        c.max_requests = 54;
         assert_eq!(c.validate(), Ok(()));
         c.concurrency = 1;
         assert_eq!(c.validate(), Err(ConfigError::Concurrency(1)));

@@ -38,7 +38,8 @@
 //!   [`AuditConfig::timeout`] (default 10 s). Response bodies are read up to 1 MiB.
 //! - The only deliberate wait is the expiry check's: the window plus 10% (at least 1 s), and the
 //!   window is at most [`MAX_WINDOW`] (600 s). The in-flight check waits half the first
-//!   request's latency (between 5 ms and 2 s) before its duplicate.
+//!   request's latency (between 5 ms and 2 s) before its duplicate, halving it for at most two
+//!   more pairs.
 //!
 //! # Side effects on the target
 //!

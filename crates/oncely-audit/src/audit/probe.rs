@@ -275,7 +275,7 @@ impl Prober {
             {
                 Some(n) => Ok(Counted {
                     n,
-                    evidence: format!("count URL: {n} resources"),
+                    evidence: format!("count URL: {n} resource(s)"),
                 }),
                 None => Err(format!(
                     "count URL body has no recognisable count: {}",
