@@ -69,10 +69,10 @@ pub(crate) async fn in_flight(
             // the duplicate reached it after the first completed. Only a shorter delay tells.
             r.note("the duplicate got the original response");
             replayed_every_time = true;
-            pair = Some((a, b, d, delay));
+            pair = Some((a, b, delay));
         } else {
             replayed_every_time = false;
-            pair = Some((a, b, d, delay));
+            pair = Some((a, b, delay));
             break;
         }
         delay = (delay / 2).max(Duration::from_millis(1));
@@ -86,7 +86,7 @@ pub(crate) async fn in_flight(
         ));
     }
     let mut pair_detail = None;
-    if let Some((a, b, d, delay)) = &pair {
+    if let Some((a, b, delay)) = &pair {
         let gap = delay.as_millis();
         match (a.status.is_success(), b.status.is_success()) {
             (true, true) => {
