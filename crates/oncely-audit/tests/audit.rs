@@ -188,7 +188,12 @@ fn others_pass(report: &AuditReport, except: &[&str]) {
         status(report, checks::EXPIRY),
         (Status::NotApplicable, None)
     );
-    assert!(!report.passed());
+    assert_eq!(
+        report.passed(),
+        except.is_empty(),
+        "{}",
+        report.render_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -475,4 +480,77 @@ async fn print_sample_reports() {
         let report = audit::run(&full_config(&f)).await;
         println!("{}", report.render_text());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bare_in_flight_conflict_is_reported() {
+    let f = spawn(Mistake::BareConflict, HOUR).await;
+    let report = audit::run(&full_config(&f)).await;
+    expect(
+        &report,
+        &[(
+            checks::IN_FLIGHT,
+            Status::Fail,
+            Some(ap::UNHELPFUL_IN_FLIGHT),
+        )],
+    );
+    let c = report.check(checks::IN_FLIGHT).unwrap();
+    let conflicts = 19 + 1; // the concurrency check's losers and the pair's duplicate
+    assert!(
+        c.detail.starts_with(&format!(
+            "{conflicts} in-flight 409 response(s) examined; {conflicts} x no Retry-After, no machine-readable code in the body."
+        )),
+        "{}",
+        c.detail
+    );
+    others_pass(&report, &[checks::IN_FLIGHT]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn byte_level_fingerprint_is_reported() {
+    let f = spawn(Mistake::ByteFingerprint, HOUR).await;
+    let report = audit::run(&full_config(&f)).await;
+    expect(
+        &report,
+        &[(
+            checks::CANONICAL_JSON,
+            Status::Fail,
+            Some(ap::FALSE_MISMATCH),
+        )],
+    );
+    others_pass(&report, &[checks::CANONICAL_JSON]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_for_the_original_and_replaying_passes() {
+    let f = spawn(Mistake::WaitAndReplay, HOUR).await;
+    let report = audit::run(&full_config(&f)).await;
+    others_pass(&report, &[]);
+    let c = report.check(checks::CONCURRENCY).unwrap();
+    assert!(
+        c.detail.starts_with(
+            "1 execution from 20 identical requests with one key: 20 of 20 succeeded."
+        ),
+        "{}",
+        c.detail
+    );
+    assert!(
+        c.detail
+            .contains("the server waits for the first and replays it"),
+        "{}",
+        c.detail
+    );
+    let c = report.check(checks::IN_FLIGHT).unwrap();
+    assert!(
+        c.detail.contains("got the original response (id pay_"),
+        "{}",
+        c.detail
+    );
+    assert_eq!(
+        in_flight_pairs(&report),
+        3,
+        "every pair replayed, so all three were tried"
+    );
+    // Baseline, second caller, concurrency winner, one per pair.
+    assert_eq!(f.executions(), 3 + 3);
 }
