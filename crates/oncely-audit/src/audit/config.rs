@@ -259,6 +259,16 @@ impl AuditConfig {
         })
     }
 
+    /// The targets without the budget and bound checks, for unit tests of the probe.
+    #[cfg(test)]
+    pub(crate) fn targets_unchecked_for_tests(&self) -> Targets {
+        Targets {
+            endpoint: self.join("path", &self.path).unwrap(),
+            other: None,
+            count: None,
+        }
+    }
+
     /// `base_url` + `path` by concatenation (not RFC 3986 resolution, which would drop a base
     /// path prefix), then checked to still be on the base origin.
     fn join(&self, what: &'static str, path: &str) -> Result<Url, ConfigError> {

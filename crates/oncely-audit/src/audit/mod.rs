@@ -40,6 +40,10 @@
 //!   window is at most [`MAX_WINDOW`] (600 s). The in-flight check waits half the first
 //!   request's latency (between 5 ms and 2 s) before its duplicate, halving it for at most two
 //!   more pairs.
+//! - Worst case (a server that never answers): the requests after the concurrency burst run one
+//!   at a time, so an audit lasts at most about
+//!   `(planned_requests - concurrency + 1) x timeout`, plus the expiry wait: about 6 minutes with
+//!   a count URL and the default 10 s timeout (35 x 10 s).
 //!
 //! # Side effects on the target
 //!

@@ -591,6 +591,42 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_budget_is_a_hard_bound() {
+        // Nothing listens on this port (bound, then released): every send that is allowed fails
+        // at connect, the one over the budget is not attempted at all.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cfg = AuditConfig::new(
+            Url::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            Method::POST,
+            "/v1/p",
+            serde_json::json!({"a": 1}),
+        );
+        cfg.max_requests = 2;
+        let targets = cfg.targets_unchecked_for_tests();
+        let p = Prober::new(&cfg, targets).unwrap();
+        for _ in 0..2 {
+            assert!(matches!(
+                p.send(&p.probe(Key::fresh())).await,
+                Err(ProbeError::Transport(_))
+            ));
+        }
+        assert_eq!(
+            p.send(&p.probe(Key::fresh())).await.unwrap_err(),
+            ProbeError::Budget
+        );
+        assert_eq!(
+            p.count().await.map(|r| r.is_err()),
+            None,
+            "no count URL configured"
+        );
+        assert_eq!(p.sent(), 2);
+    }
+
     #[test]
     fn significant_headers() {
         for n in ["location", "content-type", "x-payment-status", "etag"] {
