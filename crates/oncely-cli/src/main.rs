@@ -9,6 +9,7 @@ mod gates;
 mod jobs;
 mod processor;
 mod serve;
+mod tools;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
@@ -146,6 +147,15 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         batch: usize,
     },
+    /// Probe anybody's HTTP API for the idempotency contract; exit status 1 on any FAIL.
+    Audit(tools::audit::Args),
+    /// Check an OpenAPI document: every state-changing operation takes an Idempotency-Key or
+    /// is marked unsafe to retry; exit status 1 on any finding.
+    Lint(tools::lint::Args),
+    /// Simulate clients contending and fleets retrying through an outage, per backoff strategy.
+    Simulate(tools::simulate::Args),
+    /// Load-test a running server with a key per request (unique, duplicate share, or none).
+    Bench(tools::bench::Args),
     /// Finish abandoned in-flight requests by re-driving them through a running server.
     Complete {
         /// Key store.
@@ -178,7 +188,9 @@ async fn main() -> ExitCode {
     // The gates print their own progress and table; retries they provoke on purpose are
     // logged only when RUST_LOG asks for them.
     init_tracing(match cli.command {
-        Command::Gates { .. } => "warn",
+        Command::Gates { .. } | Command::Audit(_) | Command::Bench(_) | Command::Simulate(_) => {
+            "warn"
+        }
         _ => "info",
     });
     match run(cli).await {
@@ -280,6 +292,10 @@ async fn run(cli: Cli) -> Result<bool> {
             print!("{}", contract::render(&policy.policy()));
             Ok(true)
         }
+        Command::Audit(args) => tools::audit::run(args).await,
+        Command::Lint(args) => tools::lint::run(args).await,
+        Command::Simulate(args) => tools::simulate::run(args).await,
+        Command::Bench(args) => tools::bench::run(args).await,
         Command::Reap { store, batch } => jobs::reap(&store, batch).await,
         Command::Complete {
             store,

@@ -141,6 +141,10 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
             let store = oncely_postgres::PostgresStore::connect(u)
                 .await
                 .context("connect to the PostgreSQL key store")?;
+            store
+                .migrate()
+                .await
+                .context("create the PostgreSQL key store's tables")?;
             let db = Db::Postgres(store.pool().clone());
             Opened {
                 store: Arc::new(store.clone()),
