@@ -2,7 +2,7 @@
 //!
 //! The tiny, stable core of Oncely: the `Idempotency-Key` contract, the request fingerprint,
 //! the three-state key record, the policy, the problem+json error codes, the clock, and the
-//! [`KeyStore`] trait every backend implements (with its [`conformance`] suite, feature
+//! [`KeyStore`] trait every backend implements (with its `conformance` suite, feature
 //! `conformance`). No web framework and no database here: the tower layer and the backends
 //! depend on this crate, never the reverse.
 //!

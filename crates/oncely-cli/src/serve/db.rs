@@ -2,7 +2,7 @@
 //!
 //! With an SQL key store (SQLite, PostgreSQL) the business tables live in the same database and
 //! every phase is one transaction carrying the business write, the recovery point and, in the
-//! last phase, the stored response ([`Phase::Store`]). With the memory or Redis key store the
+//! last phase, the stored response ([`Phase::Sqlite`], [`Phase::Postgres`]). With the memory or Redis key store the
 //! business tables live in an embedded SQLite database and a phase commits its business write
 //! first, then records the recovery point ([`Phase::Plain`]); every phase's write is idempotent
 //! (conflict-free inserts keyed by `(scope, idempotency_key)`, derived keys at the outside

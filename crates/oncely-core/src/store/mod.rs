@@ -25,7 +25,7 @@
 //!   [`StoreError::Fenced`] without changing anything.
 //! - Times come from the store's [`Clock`](crate::Clock) (or, for a store that documents it, the
 //!   server's own clock).
-//! - The shared [`conformance`](crate::conformance) suite (feature `conformance`) must pass.
+//! - The shared `conformance` suite (feature `conformance`) must pass.
 
 pub mod memory;
 
