@@ -89,7 +89,7 @@ enum Command {
         /// Where business data goes with the memory or Redis key store (embedded SQLite).
         #[arg(long)]
         business_db: Option<String>,
-        /// TESTING ONLY: abort the process right after this recovery point commits
+        /// TESTING ONLY: kill the process (SIGKILL) right after this recovery point commits
         /// (payment_recorded, charge_created, receipt_sent, response_stored).
         #[arg(long)]
         crash_after: Option<String>,

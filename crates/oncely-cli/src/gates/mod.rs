@@ -3,7 +3,7 @@
 //! 1. **Concurrency**: N concurrent identical requests with one key -> exactly one payment,
 //!    one charge and one receipt; every other answer is `409 idempotency_request_in_flight` with
 //!    `Retry-After` or a byte-identical replay.
-//! 2. **Crash recovery**: the API server is aborted right after each phase commits
+//! 2. **Crash recovery**: the API server kills itself with SIGKILL right after each phase commits
 //!    (`--crash-after`), restarted, and the client retries with the same key -> zero repeated
 //!    outside calls and one consistent final response. Then once more with no client retry at
 //!    all: the in-process completer finishes the request.
@@ -340,7 +340,7 @@ async fn crash_once(env: &Env, point: &str, completer: bool) -> Result<Value> {
     let first = post_payment(&env.http, &api.url, &account, &key, &body).await;
     let exited = api.wait_exit(Duration::from_secs(10)).await;
     if !exited {
-        bail!("the API server did not abort after {point}");
+        bail!("the API server did not die after {point}");
     }
     let first_outcome = match &first {
         Ok(s) => format!(
@@ -430,11 +430,11 @@ async fn crash_gate(env: &Env) -> Result<GateResult> {
         "response_stored",
     ] {
         env.step(format!(
-            "crash recovery: abort after {point}, restart, retry"
+            "crash recovery: SIGKILL after {point}, restart, retry"
         ));
         runs.push(crash_once(env, point, false).await?);
     }
-    env.step("crash recovery: abort after charge_created, no client retry: the completer");
+    env.step("crash recovery: SIGKILL after charge_created, no client retry: the completer");
     runs.push(crash_once(env, "charge_created", true).await?);
     let passed = runs.iter().all(|r| r["passed"] == true);
     let repeated: u64 = runs

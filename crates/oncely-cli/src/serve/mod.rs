@@ -218,10 +218,13 @@ impl App {
         self.inner.policy.retention
     }
 
-    /// Aborts the process if `--crash-after` names this recovery point (testing only).
+    /// Kills the process with SIGKILL if `--crash-after` names this recovery point (testing
+    /// only): no destructor runs, nothing is flushed, exactly like a machine dying.
     pub fn crash_point(&self, name: &str) {
         if self.inner.crash_after.as_deref() == Some(name) {
-            eprintln!("oncely: --crash-after {name}: aborting now, as asked");
+            eprintln!("oncely: --crash-after {name}: killing this process now, as asked");
+            #[cfg(unix)]
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
             std::process::abort();
         }
     }
