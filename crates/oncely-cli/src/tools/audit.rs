@@ -1,12 +1,172 @@
-//! `oncely audit`: not implemented yet.
+//! `oncely audit`: probe anybody's HTTP API for the `Idempotency-Key` contract.
+//!
+//! A thin layer over [`oncely_audit::audit`]: the flags build an [`AuditConfig`], which is
+//! validated before anything is sent (an invalid one is a usage error, exit status 2), then the
+//! report is printed as text (per check PASS / FAIL / N/A / INCONCLUSIVE, the anti-pattern a
+//! FAIL is evidence of, the detail and the exchanges) or, with `--json`, as
+//! [`AuditReport::to_json`]. Exit status 0 when every check is PASS or N/A, 1 otherwise.
+//!
+//! Traffic goes only to the base URL's origin, at most `--max-requests` requests (default 500),
+//! each bounded by `--timeout-secs` (default 10 s); see [`oncely_audit::audit`] for the checks
+//! and bounds. The audit creates real resources: point it at a test deployment.
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
+use http::Method;
+use oncely_audit::audit::{self, AuditConfig, AuditReport, Url};
+use std::time::Duration;
 
 /// Arguments of `oncely audit`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {}
+pub struct Args {
+    /// Where the API lives: http(s)://host:port, optionally with a path prefix (/api).
+    base_url: String,
+    /// The audited endpoint: 'METHOD /path' under the base URL (e.g. 'POST /v1/payments').
+    #[arg(long)]
+    endpoint: String,
+    /// A JSON body the endpoint accepts with a 2xx (e.g. '{"amount": 1000}'); @FILE reads it
+    /// from a file. Without it, requests carry no body and the body checks are N/A.
+    #[arg(long)]
+    body: Option<String>,
+    /// The first caller's full Authorization header value (e.g. 'Bearer acct_1'); never printed.
+    #[arg(long)]
+    auth: Option<String>,
+    /// A second, different caller's Authorization value, for the key-scope check (N/A without).
+    #[arg(long)]
+    second_auth: Option<String>,
+    /// A GET URL on the same origin (or a path under the base URL) listing the created
+    /// resources (a JSON array, or an object with count/total/data/items), read before and
+    /// after the checks that must not execute twice.
+    #[arg(long)]
+    count_url: Option<String>,
+    /// Another endpoint of the same API that accepts keys, 'METHOD /path', for the
+    /// cross-endpoint check (N/A without).
+    #[arg(long)]
+    other_endpoint: Option<String>,
+    /// Identical requests fired at once by the concurrency check (2..=1000).
+    #[arg(long, default_value_t = audit::DEFAULT_CONCURRENCY)]
+    concurrency: usize,
+    /// The server's replay window, in seconds (fractions allowed, at most 600): the expiry check
+    /// waits it out and expects a new execution. Without it, the expiry check is N/A.
+    #[arg(long)]
+    window_secs: Option<f64>,
+    /// Per-request timeout, in seconds (fractions allowed).
+    #[arg(long, default_value_t = audit::DEFAULT_TIMEOUT.as_secs_f64())]
+    timeout_secs: f64,
+    /// Hard limit on the requests the audit sends (count-URL reads included).
+    #[arg(long, default_value_t = audit::DEFAULT_MAX_REQUESTS)]
+    max_requests: usize,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
 
-/// Runs `oncely audit`; returns whether it passed.
-pub async fn run(_args: Args) -> Result<bool> {
-    bail!("oncely audit is not implemented yet")
+/// Parses `'METHOD /path'` (the method is upper-cased; any HTTP token is accepted).
+fn parse_endpoint(flag: &str, value: &str) -> Result<(Method, String)> {
+    let mut parts = value.split_whitespace();
+    let (Some(method), Some(path), None) = (parts.next(), parts.next(), parts.next()) else {
+        bail!("{flag} must be 'METHOD /path' (e.g. 'POST /v1/payments'), got {value:?}");
+    };
+    let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+        .map_err(|_| anyhow!("{flag}: {method:?} is not an HTTP method"))?;
+    if !path.starts_with('/') {
+        bail!("{flag}: the path must start with '/', got {path:?}");
+    }
+    Ok((method, path.to_owned()))
+}
+
+fn seconds(flag: &str, value: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow!("{flag} must be a positive number of seconds, got {value}"))
+}
+
+/// Builds and validates the configuration; sends nothing.
+fn config(args: &Args) -> Result<AuditConfig> {
+    let base = Url::parse(&args.base_url)
+        .map_err(|e| anyhow!("the base URL {:?} is not a URL: {e}", args.base_url))?;
+    let (method, path) = parse_endpoint("--endpoint", &args.endpoint)?;
+    let body = match &args.body {
+        None => serde_json::Value::Null,
+        Some(text) => {
+            let text = match text.strip_prefix('@') {
+                Some(file) => {
+                    std::fs::read_to_string(file).with_context(|| format!("--body: read {file}"))?
+                }
+                None => text.clone(),
+            };
+            serde_json::from_str(&text).context("--body is not valid JSON")?
+        }
+    };
+    let mut cfg = AuditConfig::new(base, method, path, body);
+    cfg.auth = args.auth.clone();
+    cfg.second_auth = args.second_auth.clone();
+    cfg.count_url = args.count_url.clone();
+    cfg.other_endpoint = args
+        .other_endpoint
+        .as_deref()
+        .map(|e| parse_endpoint("--other-endpoint", e))
+        .transpose()?;
+    cfg.concurrency = args.concurrency;
+    cfg.window = args
+        .window_secs
+        .map(|w| seconds("--window-secs", w))
+        .transpose()?;
+    cfg.timeout = seconds("--timeout-secs", args.timeout_secs)?;
+    cfg.max_requests = args.max_requests;
+    cfg.validate().context("invalid audit configuration")?;
+    Ok(cfg)
+}
+
+/// Runs `oncely audit`; returns whether every check is PASS or N/A.
+///
+/// # Errors
+///
+/// A usage error, before anything is sent: a base URL or endpoint that does not parse, a body
+/// that is not JSON, or a configuration [`AuditConfig::validate`] rejects (traffic leaving the
+/// base origin, equal credentials, out-of-range concurrency, window or budget).
+pub async fn run(args: Args) -> Result<bool> {
+    let cfg = config(&args)?;
+    if !args.json {
+        eprintln!(
+            "oncely: auditing {} {} (at most {} requests{})",
+            cfg.method,
+            cfg.base_url.as_str().trim_end_matches('/').to_owned() + &cfg.path,
+            cfg.planned_requests(),
+            match cfg.window {
+                Some(w) => format!(
+                    ", plus a {:.1} s wait for the expiry check",
+                    w.as_secs_f64()
+                ),
+                None => String::new(),
+            }
+        );
+    }
+    let report: AuditReport = audit::run(&cfg).await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.render_text());
+    }
+    Ok(report.passed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        let (m, p) = parse_endpoint("--endpoint", "post  /v1/payments").unwrap();
+        assert_eq!((m, p.as_str()), (Method::POST, "/v1/payments"));
+        assert!(parse_endpoint("--endpoint", "/v1/payments").is_err());
+        assert!(parse_endpoint("--endpoint", "POST v1").is_err());
+        assert!(parse_endpoint("--endpoint", "POST /a /b").is_err());
+        assert!(seconds("--window-secs", 0.0).is_err());
+        assert!(seconds("--window-secs", -1.0).is_err());
+        assert_eq!(
+            seconds("--window-secs", 1.5).unwrap(),
+            Duration::from_millis(1500)
+        );
+    }
 }
