@@ -132,6 +132,9 @@ enum Command {
         /// Print machine-readable JSON.
         #[arg(long)]
         json: bool,
+        /// Run only these gates: concurrency, crash, fleet (repeatable; default all).
+        #[arg(long)]
+        only: Vec<String>,
     },
     /// Print the integrator contract (Markdown) from the live configuration.
     Contract {
@@ -277,6 +280,7 @@ async fn run(cli: Cli) -> Result<bool> {
             fleet_clients,
             fleet_calls,
             json,
+            only,
         } => {
             gates::run(gates::GatesConfig {
                 store,
@@ -285,6 +289,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 fleet_clients,
                 fleet_calls,
                 json,
+                only,
             })
             .await
         }

@@ -1,9 +1,8 @@
 //! End to end: `oncely serve` as a real process, driven over HTTP like the README's tour.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 /// A running `oncely` child process, killed on drop.
 struct Server {
@@ -308,7 +307,6 @@ async fn openapi_documents_the_key_on_every_write() {
         doc["components"]["parameters"]["IdempotencyKey"]["in"],
         "header"
     );
-    let _ = json!({});
 }
 
 #[test]
@@ -397,6 +395,44 @@ fn gates_pass_on_postgres_with_three_servers() {
         assert_eq!(c["servers"], 3);
         assert_eq!(c["payments"], 1);
         assert_eq!(c["charge_executions"], 1);
-        let _ = Duration::ZERO;
+        assert_eq!(c["other"].as_array().map(Vec::len), Some(0));
+        if run == 0 {
+            assert_eq!(report["gates"][1]["details"]["repeated_outside_calls"], 0);
+            assert_eq!(report["gates"][2]["details"]["duplicate_side_effects"], 0);
+        }
     }
+}
+
+#[test]
+fn gates_pass_on_redis() {
+    let Ok(url) = std::env::var("ONCELY_TEST_REDIS_URL") else {
+        eprintln!("skipped: ONCELY_TEST_REDIS_URL is unset (e.g. redis://127.0.0.1:6379)");
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args([
+            "gates",
+            "--json",
+            "--store",
+            &url,
+            "-n",
+            "100",
+            "--fleet-clients",
+            "4",
+            "--fleet-calls",
+            "5",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "gates printed no JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(report["passed"], true, "{report:#}");
+    assert_eq!(report["gates"][0]["details"]["charge_executions"], 1);
+    assert_eq!(report["gates"][1]["details"]["repeated_outside_calls"], 0);
+    assert_eq!(report["gates"][2]["details"]["duplicate_side_effects"], 0);
 }

@@ -45,6 +45,8 @@ pub struct GatesConfig {
     pub fleet_calls: usize,
     /// Print JSON instead of a table.
     pub json: bool,
+    /// Run only these gates (`concurrency`, `crash`, `fleet`); empty = all.
+    pub only: Vec<String>,
 }
 
 impl Default for GatesConfig {
@@ -56,6 +58,7 @@ impl Default for GatesConfig {
             fleet_clients: 20,
             fleet_calls: 10,
             json: false,
+            only: Vec::new(),
         }
     }
 }
@@ -595,6 +598,13 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
         StoreUrl::Postgres(_) => 3,
         _ => 1,
     });
+    if let Some(bad) = cfg
+        .only
+        .iter()
+        .find(|o| !["concurrency", "crash", "fleet"].contains(&o.as_str()))
+    {
+        bail!("unknown gate {bad:?}: expected concurrency, crash or fleet");
+    }
     if store == StoreUrl::Memory {
         bail!(
             "the gates restart servers, so they need a store that outlives a process: use a file path, postgres://… or redis://…"
@@ -627,6 +637,10 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
     let started = Instant::now();
     let mut results = Vec::new();
     for gate in 0..3 {
+        let short = ["concurrency", "crash", "fleet"][gate];
+        if !cfg.only.is_empty() && !cfg.only.iter().any(|o| o == short) {
+            continue;
+        }
         let t = Instant::now();
         let r = match gate {
             0 => concurrency_gate(&env, cfg.concurrency).await,
