@@ -93,13 +93,21 @@ enum Command {
         /// (payment_recorded, charge_created, receipt_sent, response_stored).
         #[arg(long)]
         crash_after: Option<String>,
-        /// Run the completer in this process: finish requests whose lease lapsed this many
-        /// milliseconds ago.
-        #[arg(long)]
-        completer_grace_ms: Option<u64>,
+        /// The in-process completer finishes requests whose lease lapsed at least this many
+        /// milliseconds ago (longer than a client's whole retry schedule, so a client still
+        /// retrying resumes its own request first).
+        #[arg(long, default_value_t = 60_000)]
+        completer_grace_ms: u64,
         /// How often the in-process completer looks, in milliseconds.
         #[arg(long, default_value_t = 5_000)]
         completer_every_ms: u64,
+        /// Do not run the completer in this process (run `oncely complete` elsewhere).
+        #[arg(long)]
+        no_completer: bool,
+        /// How often the in-process reaper deletes records past retention, in seconds
+        /// (0 = never; run `oncely reap` elsewhere).
+        #[arg(long, default_value_t = 300)]
+        reap_every_secs: u64,
         /// `off` serves the same endpoints without the idempotency layer (benchmark baseline).
         #[arg(long, default_value = "on", value_parser = ["on", "off"])]
         idempotency: String,
@@ -237,6 +245,8 @@ async fn run(cli: Cli) -> Result<bool> {
             crash_after,
             completer_grace_ms,
             completer_every_ms,
+            no_completer,
+            reap_every_secs,
             idempotency,
             policy,
         } => {
@@ -255,11 +265,14 @@ async fn run(cli: Cli) -> Result<bool> {
                 crash_after,
                 policy: policy.policy(),
                 business_path: business_db,
-                completer_grace: completer_grace_ms.map(Duration::from_millis),
+                completer_grace: (!no_completer).then(|| Duration::from_millis(completer_grace_ms)),
                 idempotency_off: idempotency == "off",
             };
             let (app, router) = serve::build(&cfg).await?;
             let (listener, url) = listen(addr).await?;
+            if reap_every_secs > 0 {
+                app.spawn_reaper(Duration::from_secs(reap_every_secs));
+            }
             if let Some(grace) = cfg.completer_grace {
                 jobs::spawn_completer(
                     app.store(),

@@ -186,6 +186,8 @@ struct Inner {
     policy: Policy,
     metrics: Arc<Metrics>,
     payments_created: AtomicU64,
+    reaped: AtomicU64,
+    orphaned: AtomicU64,
 }
 
 /// How to run the server.
@@ -405,6 +407,23 @@ async fn metrics(State(app): State<App>) -> Response {
         "oncely_payments_created_total {}\n",
         app.inner.payments_created.load(Ordering::Relaxed)
     ));
+    for (name, help, value) in [
+        (
+            "oncely_reaped_total",
+            "Records past retention the in-process reaper deleted.",
+            &app.inner.reaped,
+        ),
+        (
+            "oncely_orphaned_total",
+            "Of those, records still in flight (abandoned, never finished).",
+            &app.inner.orphaned,
+        ),
+    ] {
+        text.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+            value.load(Ordering::Relaxed)
+        ));
+    }
     if let Ok(n) = app.db().payment_count().await {
         text.push_str(
             "# HELP oncely_payments Payments in the database.\n# TYPE oncely_payments gauge\n",
@@ -456,6 +475,8 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
             policy: cfg.policy.clone(),
             metrics: layer.metrics(),
             payments_created: AtomicU64::new(0),
+            reaped: AtomicU64::new(0),
+            orphaned: AtomicU64::new(0),
         }),
     };
     let router = router(app.clone(), (!cfg.idempotency_off).then_some(layer));
@@ -463,6 +484,38 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
 }
 
 impl App {
+    /// Runs the reaper in this process every `every`, counting what it deletes for `/metrics`.
+    pub fn spawn_reaper(&self, every: Duration) {
+        let app = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match oncely_core::jobs::reap_all(
+                    &*app.inner.store,
+                    1000,
+                    oncely_core::jobs::DEFAULT_REAP_PAUSE,
+                )
+                .await
+                {
+                    Ok(r) => {
+                        app.inner.reaped.fetch_add(r.deleted, Ordering::Relaxed);
+                        app.inner.orphaned.fetch_add(r.orphaned, Ordering::Relaxed);
+                        if r.deleted > 0 {
+                            tracing::info!(
+                                deleted = r.deleted,
+                                orphaned = r.orphaned,
+                                "reaped records past retention"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the reaper could not reach the key store")
+                    }
+                }
+            }
+        });
+    }
+
     /// The key store.
     pub fn store(&self) -> Arc<dyn KeyStore> {
         self.inner.store.clone()
