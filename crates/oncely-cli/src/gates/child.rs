@@ -10,6 +10,20 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// This executable's path, resolved once: a rebuild that replaces the file while the gates
+/// run must not make later restarts fail.
+fn executable() -> Result<std::path::PathBuf> {
+    static EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| std::env::current_exe().ok())
+        .clone()
+        .context("find the oncely executable")
+}
+
+/// Resolves the executable's path now (call before anything slow).
+pub fn resolve_executable() -> Result<()> {
+    executable().map(|_| ())
+}
+
 /// A running child and its base URL.
 pub struct Proc {
     child: Child,
@@ -21,8 +35,7 @@ pub struct Proc {
 impl Proc {
     /// Starts `oncely <args…> --addr 127.0.0.1:0` and waits (up to 60 seconds) for its address.
     pub async fn start(name: &str, args: &[String]) -> Result<Self> {
-        let exe = std::env::current_exe().context("find the oncely executable")?;
-        let mut child = Command::new(exe)
+        let mut child = Command::new(executable()?)
             .args(args)
             .args(["--addr", "127.0.0.1:0"])
             .stdin(Stdio::null())

@@ -590,6 +590,7 @@ async fn fleet_gate(env: &Env, clients: usize, calls: usize) -> Result<GateResul
 
 /// Runs every gate; returns whether all passed.
 pub async fn run(cfg: GatesConfig) -> Result<bool> {
+    child::resolve_executable()?;
     let dir = tempfile::tempdir().context("make a temporary directory")?;
     let store = match &cfg.store {
         Some(s) => s.clone(),
