@@ -554,3 +554,42 @@ async fn waiting_for_the_original_and_replaying_passes() {
     // Baseline, second caller, concurrency winner, one per pair.
     assert_eq!(f.executions(), 3 + 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_phantom_execution_after_the_window_is_reported_with_a_count_url() {
+    let window = Duration::from_secs(1);
+    let f = spawn(Mistake::PhantomAfterWindow, window).await;
+    let mut cfg = full_config(&f);
+    cfg.window = Some(window);
+    let report = audit::run(&cfg).await;
+    let mut expected = checks::ALL.map(|n| (n, Status::Pass, None));
+    expected[9] = (checks::EXPIRY, Status::Fail, Some(ap::PHANTOM_EXECUTION));
+    expect(&report, &expected);
+    let expiry = report.check(checks::EXPIRY).unwrap();
+    assert!(
+        expiry
+            .detail
+            .starts_with("after the window the key got 201 Created naming a new resource (id pay_"),
+        "{}",
+        expiry.detail
+    );
+    assert!(
+        expiry.detail.contains("but the count URL did not grow"),
+        "{}",
+        expiry.detail
+    );
+
+    // Without a count URL the new id is all the audit sees: the phantom cannot be told from a
+    // real execution (a documented limit of a black-box probe), so the check passes.
+    let f = spawn(Mistake::PhantomAfterWindow, window).await;
+    let mut cfg = full_config(&f);
+    cfg.window = Some(window);
+    cfg.count_url = None;
+    let report = audit::run(&cfg).await;
+    assert_eq!(
+        status(&report, checks::EXPIRY),
+        (Status::Pass, None),
+        "{}",
+        report.render_text()
+    );
+}

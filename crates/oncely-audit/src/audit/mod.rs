@@ -121,6 +121,12 @@ pub mod anti_patterns {
     pub const NEVER_EXPIRES: &str = "replay window not enforced (key never expires)";
     /// The key, reused after the replay window, was rejected instead of executing as new.
     pub const EXPIRED_KEY_ERROR: &str = "expired key rejected instead of executed";
+    /// The key, reused after the replay window, got a success naming a new resource (a new
+    /// `id`), but the count URL did not grow: the response describes a resource that was never
+    /// stored. Typically the business row is keyed by the idempotency key alone, so the new
+    /// execution's insert hits the old row's unique constraint and silently does nothing
+    /// (`ON CONFLICT DO NOTHING`) while the handler answers as if it had created it.
+    pub const PHANTOM_EXECUTION: &str = "success for a resource that was not stored";
 }
 
 /// Runs every check against the configured endpoint and returns the report. Never panics on

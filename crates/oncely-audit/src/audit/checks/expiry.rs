@@ -1,7 +1,7 @@
 //! Expiry: after the replay window, a reused key is a new request.
 
 use super::{Baseline, EXPIRY, Rec, delta, executed_again, ident};
-use crate::audit::anti_patterns::{EXPIRED_KEY_ERROR, NEVER_EXPIRES};
+use crate::audit::anti_patterns::{EXPIRED_KEY_ERROR, NEVER_EXPIRES, PHANTOM_EXECUTION};
 use crate::audit::probe::{Key, Prober};
 use crate::audit::report::CheckResult;
 use std::time::Duration;
@@ -51,7 +51,27 @@ pub(crate) async fn expiry(
             ),
         );
     }
-    match executed_again(o, &ex, delta(before, after)) {
+    let d = delta(before, after);
+    // A new id is not enough when the count URL says nothing was created: the ids and the count
+    // contradict each other, and the count is what the caller can later read back.
+    if d == Some(0)
+        && !ex.marked_replay()
+        && matches!((o.id(), ex.id()), (Some(a), Some(b)) if a != b)
+    {
+        return r.fail(
+            PHANTOM_EXECUTION,
+            format!(
+                "after the window the key got {} naming a new resource ({}; the original had \
+                 {}), but the count URL did not grow: the new resource was not stored (is the \
+                 business row keyed by the idempotency key alone, so the new execution's insert \
+                 silently did nothing?).",
+                ex.status,
+                ident(&ex),
+                ident(o)
+            ),
+        );
+    }
+    match executed_again(o, &ex, d) {
         Some(true) => r.pass(format!(
             "executed as a new request ({}; the original had {}).",
             ident(&ex),

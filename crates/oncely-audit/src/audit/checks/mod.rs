@@ -11,7 +11,7 @@
 //! | [`MALFORMED_KEYS`] | an empty key, a 256-character key, a non-ASCII key (raw UTF-8 bytes), the header twice: `400` each | [`NO_KEY_VALIDATION`](super::anti_patterns::NO_KEY_VALIDATION), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`MISSING_KEY`] | no key on the endpoint: `400` (with a problem body, else a note) | [`KEY_OPTIONAL`](super::anti_patterns::KEY_OPTIONAL), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`IN_FLIGHT`] | a duplicate sent while the first is still running (half the baseline latency later; when it gets the original response or is sent too late, up to two more pairs with half the delay each): `409` with a valid `Retry-After` and a machine-readable code, or, when every pair got the original response, a wait and a replay; every `409` of the concurrency check must carry both too | [`BINARY_KEY_STATE`](super::anti_patterns::BINARY_KEY_STATE), [`UNHELPFUL_IN_FLIGHT`](super::anti_patterns::UNHELPFUL_IN_FLIGHT), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
-//! | [`EXPIRY`] | after `window` plus a margin, the first key again: a new execution | [`NEVER_EXPIRES`](super::anti_patterns::NEVER_EXPIRES), [`EXPIRED_KEY_ERROR`](super::anti_patterns::EXPIRED_KEY_ERROR) |
+//! | [`EXPIRY`] | after `window` plus a margin, the first key again: a new execution | [`NEVER_EXPIRES`](super::anti_patterns::NEVER_EXPIRES), [`EXPIRED_KEY_ERROR`](super::anti_patterns::EXPIRED_KEY_ERROR), [`PHANTOM_EXECUTION`](super::anti_patterns::PHANTOM_EXECUTION) (a new `id` while the count URL did not grow) |
 //!
 //! ## Decisions worth knowing
 //!
