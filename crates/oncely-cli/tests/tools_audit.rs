@@ -458,6 +458,13 @@ async fn usage_errors_exit_2_before_sending_anything() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = oncely(&["audit", "https://127.0.0.1:1", "--endpoint", "POST /v1/p"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("built without TLS"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(connections.load(Ordering::SeqCst), 0);
 }

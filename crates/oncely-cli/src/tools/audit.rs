@@ -18,7 +18,8 @@ use std::time::Duration;
 /// Arguments of `oncely audit`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Where the API lives: http(s)://host:port, optionally with a path prefix (/api).
+    /// Where the API lives: http://host:port, optionally with a path prefix (/api). (https is
+    /// not built in.)
     base_url: String,
     /// The audited endpoint: 'METHOD /path' under the base URL (e.g. 'POST /v1/payments').
     #[arg(long)]
@@ -85,6 +86,14 @@ fn seconds(flag: &str, value: f64) -> Result<Duration> {
 fn config(args: &Args) -> Result<AuditConfig> {
     let base = Url::parse(&args.base_url)
         .map_err(|e| anyhow!("the base URL {:?} is not a URL: {e}", args.base_url))?;
+    // The workspace builds reqwest without a TLS backend: an https:// audit would only collect
+    // transport errors (INCONCLUSIVE everywhere), so say so up front.
+    if base.scheme() == "https" {
+        bail!(
+            "this oncely binary is built without TLS: audit an http:// URL (for example through a \
+             local TLS-terminating proxy)"
+        );
+    }
     let (method, path) = parse_endpoint("--endpoint", &args.endpoint)?;
     let body = match &args.body {
         None => serde_json::Value::Null,
@@ -122,7 +131,8 @@ fn config(args: &Args) -> Result<AuditConfig> {
 ///
 /// # Errors
 ///
-/// A usage error, before anything is sent: a base URL or endpoint that does not parse, a body
+/// A usage error, before anything is sent: a base URL or endpoint that does not parse, an
+/// `https://` base URL (no TLS in this build), a body
 /// that is not JSON, or a configuration [`AuditConfig::validate`] rejects (traffic leaving the
 /// base origin, equal credentials, out-of-range concurrency, window or budget).
 pub async fn run(args: Args) -> Result<bool> {

@@ -44,7 +44,7 @@ const MAX_INSTANCES: usize = 100_000;
 /// Arguments of `oncely simulate`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Contending clients in the contention table (ignored when --clients-sweep is given).
+    /// Contending clients in the contention table (not with --clients-sweep).
     #[arg(long, default_value_t = 100, conflicts_with = "clients_sweep")]
     clients: usize,
     /// Several clients values, comma-separated (e.g. 10,50,100,200): one contention block each.
