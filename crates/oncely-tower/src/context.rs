@@ -101,6 +101,13 @@ pub enum HandlerOutcome {
     /// so the client may correct the request and retry with the same key (as Stripe does for
     /// invalid parameters).
     NotExecuted,
+    /// The handler stopped part-way, at its last committed recovery point (an outside system
+    /// failed or timed out, so the outcome of the next step is unknown). The layer returns the
+    /// response without storing it and keeps the record **in flight** with its recovery point,
+    /// but cuts its lease short (to 1 millisecond), so that the client's next retry (or the
+    /// completer) takes the key over at once and resumes where this attempt stopped. Releasing
+    /// the key instead would lose the recovery point and could repeat an outside call.
+    Suspended,
 }
 
 #[cfg(feature = "axum")]

@@ -533,6 +533,11 @@ where
             release(config, ctx).await;
             return Ok(Response::from_parts(parts, body));
         }
+        Some(HandlerOutcome::Suspended) => {
+            heartbeat.stop().await;
+            suspend(config, ctx).await;
+            return Ok(Response::from_parts(parts, body));
+        }
         None if !config.policy.store_policy.stores(status.as_u16(), false) => {
             heartbeat.stop().await;
             release(config, ctx).await;
@@ -585,6 +590,30 @@ async fn release(config: &Config, ctx: &IdempotencyContext) {
         }
         Err(e) => {
             tracing::warn!(scope = %ctx.id.scope, key = %ctx.id.key, error = %e, "could not release the key; it stays in flight until its lease lapses");
+        }
+    }
+}
+
+/// Keeps the record in flight with its recovery point but lets its lease lapse now (a 0 ms
+/// renewal, which every store raises to 1 millisecond), so the next retry resumes at once.
+async fn suspend(config: &Config, ctx: &IdempotencyContext) {
+    match timed(
+        config,
+        config
+            .store
+            .renew(&ctx.id, ctx.token, std::time::Duration::ZERO),
+    )
+    .await
+    {
+        Ok(_) => {
+            tracing::info!(scope = %ctx.id.scope, key = %ctx.id.key, recovery_point = ?ctx.recovery_point, "request suspended at its recovery point; the next retry resumes it");
+        }
+        Err(StoreError::Fenced) => {
+            config.metrics.inc(Counter::fencing_rejections);
+            tracing::warn!(scope = %ctx.id.scope, key = %ctx.id.key, token = ctx.token.0, "suspend fenced: another request took the key over");
+        }
+        Err(e) => {
+            tracing::warn!(scope = %ctx.id.scope, key = %ctx.id.key, error = %e, "could not cut the lease short; the key stays in flight until its lease lapses");
         }
     }
 }

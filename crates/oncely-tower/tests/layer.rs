@@ -512,6 +512,66 @@ async fn not_executed_is_returned_unstored_and_releases_the_key() {
 }
 
 #[tokio::test]
+async fn suspended_keeps_the_recovery_point_and_the_next_retry_resumes_at_once() {
+    // An outside system failed after a committed phase: the first attempt checkpoints and
+    // suspends; the immediate retry takes the key over and sees the recovery point.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let routes = Router::new().route(
+        "/v1/orders",
+        post(move |ctx: IdempotencyContext| {
+            let s = s.clone();
+            async move {
+                s.lock()
+                    .unwrap()
+                    .push((ctx.kind, ctx.recovery_point.clone()));
+                if ctx.recovery_point.is_none() {
+                    ctx.checkpoint("charged").await.unwrap();
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        Extension(HandlerOutcome::Suspended),
+                        "the mailer is down",
+                    )
+                        .into_response()
+                } else {
+                    (StatusCode::CREATED, "done").into_response()
+                }
+            }
+        }),
+    );
+    let store = Arc::new(MemoryStore::new());
+    let layer = IdempotencyLayer::new(store.clone());
+    let metrics = layer.metrics();
+    let app = app(layer, routes);
+    let first = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(!first.replayed());
+    // Not released, not stored: in flight with its recovery point and a lapsed lease.
+    let id = oncely_core::RecordKey::new(
+        oncely_core::Scope::new("a"),
+        oncely_core::IdempotencyKey::new("k").unwrap(),
+    );
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.recovery_point(), Some("charged"));
+    // The lease was cut to 1 ms.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let retry = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    let again = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert!(again.replayed());
+    assert_eq!(&again.body[..], b"done");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            (ClaimKind::New, None),
+            (ClaimKind::Takeover, Some("charged".to_owned()))
+        ]
+    );
+    let m = metrics.snapshot();
+    assert_eq!((m.claims, m.lease_takeovers, m.released), (2, 1, 0));
+}
+
+#[tokio::test]
 async fn already_stored_makes_the_layer_write_nothing() {
     // Transactional mode: the handler completes the record itself (here on the memory store,
     // standing in for its own transaction) with the layer's header filtering.
