@@ -9,7 +9,9 @@
 //!   `201 {"id":"ch_…", "status":"succeeded", …}`, or `402 {"error":"card_declined"}` for the
 //!   sources `tok_decline` and `tok_chargeDeclined`. The same key replays the first answer.
 //! - `POST /emails` (`Idempotency-Key` required) `{"to":…, "subject":…}` -> `202 {"id":"em_…"}`.
-//! - `GET /charges`, `GET /emails`: per key, how many calls arrived and how many executed.
+//! - `GET /charges`, `GET /emails`: per key, how many calls arrived and how many executed,
+//!   with the `metadata` object of the first request (the API sends its account, its own
+//!   `Idempotency-Key` and the payment id there).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -31,6 +33,7 @@ struct Ledger {
 struct Entry {
     status: u16,
     body: Value,
+    metadata: Value,
     calls: u64,
     executions: u64,
 }
@@ -39,6 +42,7 @@ struct Entry {
 struct EntryView<'a> {
     key: &'a str,
     id: Option<&'a str>,
+    metadata: &'a Value,
     status: u16,
     calls: u64,
     executions: u64,
@@ -80,6 +84,7 @@ fn missing_key() -> Response {
 fn once(
     ledger: &Mutex<Ledger>,
     key: String,
+    metadata: Value,
     execute: impl FnOnce(u64) -> (u16, Value),
 ) -> Response {
     let mut l = ledger.lock().unwrap_or_else(|e| e.into_inner());
@@ -91,6 +96,7 @@ fn once(
         Entry {
             status,
             body,
+            metadata,
             calls: 0,
             executions: 1,
         }
@@ -108,7 +114,8 @@ async fn charge(State(s): State<Ledgers>, headers: HeaderMap, Json(req): Json<Va
     let Some(key) = key_of(&headers) else {
         return missing_key();
     };
-    once(&s.charges, key, |n| {
+    let metadata = req["metadata"].clone();
+    once(&s.charges, key, metadata, |n| {
         let source = req["source"].as_str().unwrap_or_default();
         if matches!(source, "tok_decline" | "tok_chargeDeclined") {
             (
@@ -133,7 +140,8 @@ async fn email(State(s): State<Ledgers>, headers: HeaderMap, Json(req): Json<Val
     let Some(key) = key_of(&headers) else {
         return missing_key();
     };
-    once(&s.emails, key, |n| {
+    let metadata = req["metadata"].clone();
+    once(&s.emails, key, metadata, |n| {
         (
             202,
             json!({"id": format!("em_{n:08}"), "to": req["to"], "status": "queued"}),
@@ -149,6 +157,7 @@ fn list(ledger: &Mutex<Ledger>) -> Json<Value> {
         .map(|(k, e)| EntryView {
             key: k,
             id: e.body["id"].as_str(),
+            metadata: &e.metadata,
             status: e.status,
             calls: e.calls,
             executions: e.executions,

@@ -255,6 +255,9 @@ async fn the_readme_tour_holds() {
     assert_eq!(o2.body, o1.body);
     let orders = get_json(&format!("{}/v1/orders", s.url), "acct_1").await;
     assert_eq!(orders["data"].as_array().unwrap().len(), 1);
+    let location = o1.headers["location"].to_str().unwrap().to_owned();
+    let order = get_json(&format!("{}{location}", s.url), "acct_1").await;
+    assert_eq!(order, o1.json());
 
     // 9. Unauthenticated writes are refused before anything else.
     let anon = reqwest::Client::new()
@@ -435,4 +438,83 @@ fn gates_pass_on_redis() {
     assert_eq!(report["gates"][0]["details"]["charge_executions"], 1);
     assert_eq!(report["gates"][1]["details"]["repeated_outside_calls"], 0);
     assert_eq!(report["gates"][2]["details"]["duplicate_side_effects"], 0);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_outage_suspends_the_request_and_the_retry_resumes_it() {
+    // The card processor is down when the request runs: the payment is recorded, the charge
+    // fails, the request is suspended at its recovery point. Once the processor is back, the
+    // client's retry with the same key resumes it: one payment, one charge.
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("outage.sqlite3");
+    let processor_url = format!("http://{addr}");
+    let s = start(&[
+        "serve",
+        "--store",
+        db.to_str().unwrap(),
+        "--processor-url",
+        &processor_url,
+    ]);
+    let pay = r#"{"amount": 2500, "currency": "EUR", "source": "tok_visa"}"#;
+
+    let down = post(&s.url, "/v1/payments", "acct_o", Some("outage-1"), pay).await;
+    assert_eq!(down.status, 503, "{}", String::from_utf8_lossy(&down.body));
+    assert_eq!(down.json()["code"], "upstream_unavailable");
+    assert_eq!(down.json()["retryable"], true);
+    let state = get_json(&format!("{}/v1/idempotency-keys/outage-1", s.url), "acct_o").await;
+    assert_eq!(state["state"], "in_flight", "{state}");
+    assert!(
+        state["recovery_point"]
+            .as_str()
+            .unwrap()
+            .starts_with("payment_recorded:pay_"),
+        "{state}"
+    );
+
+    // The processor comes back on the same address.
+    let mut processor = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["processor", "--addr", &addr])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(processor.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("listening on"));
+    std::thread::spawn(move || for _ in lines {});
+
+    let retry = post(&s.url, "/v1/payments", "acct_o", Some("outage-1"), pay).await;
+    assert_eq!(
+        retry.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&retry.body)
+    );
+    assert!(retry.headers.get("idempotent-replayed").is_none());
+    let again = post(&s.url, "/v1/payments", "acct_o", Some("outage-1"), pay).await;
+    assert_eq!(again.body, retry.body);
+    let list = get_json(&format!("{}/v1/payments", s.url), "acct_o").await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 1);
+    assert_eq!(list["data"][0]["id"], retry.json()["id"]);
+    let charges: Value = reqwest::get(format!("{processor_url}/charges"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(charges["executions"], 1);
+    assert_eq!(
+        charges["entries"][0]["metadata"]["idempotency_key"],
+        "outage-1"
+    );
+    let _ = processor.kill();
+    let _ = processor.wait();
 }

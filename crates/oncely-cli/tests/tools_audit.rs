@@ -218,14 +218,9 @@ async fn expiry_after_a_short_window(endpoint: &str, body: &str, count_url: &str
     (report["checks"][9].clone(), out.status.code().unwrap())
 }
 
-/// KNOWN SERVER BUG (reported, not fixed here: serve/ is not this change's): after the replay
-/// window `oncely serve` answers a reused key with the *old* payment (201, same id, no
-/// `Idempotent-Replayed`), because `run_payment` finds the row keyed by
-/// `(scope, idempotency_key)` in the business database and resumes it, although the claim is
-/// `ClaimKind::AfterReplayWindow` (a brand-new request, DESIGN.md). The audit reports
-/// "replay window not enforced (key never expires)". Run with `--ignored` once fixed.
+/// After the replay window a reused payment key is a brand-new payment (a regression test: the
+/// server once found the old row by `(scope, idempotency_key)` and answered it again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "oncely serve re-answers the old payment after the replay window (server bug)"]
 async fn expiry_of_a_payment_key_against_oncely_serve() {
     let (expiry, code) =
         expiry_after_a_short_window("POST /v1/payments", PAYMENT, "/v1/payments").await;
@@ -233,12 +228,9 @@ async fn expiry_of_a_payment_key_against_oncely_serve() {
     assert_eq!(code, 0);
 }
 
-/// KNOWN SERVER BUG (reported, not fixed here): after the replay window `POST /v1/orders`
-/// answers 201 with a new order id and `Location`, but `INSERT_ORDER ... ON CONFLICT
-/// (scope, idempotency_key) DO NOTHING` stored nothing: `GET /v1/orders` does not list it. The
-/// audit reports "success for a resource that was not stored". Run with `--ignored` once fixed.
+/// After the replay window a reused order key stores a new order (a regression test: the
+/// server once answered 201 for an order a conflicting insert had silently dropped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "oncely serve answers 201 for an order it did not store after the replay window (server bug)"]
 async fn expiry_of_an_order_key_against_oncely_serve() {
     let (expiry, code) = expiry_after_a_short_window(
         "POST /v1/orders",

@@ -19,7 +19,6 @@ mod child;
 mod proxy;
 
 use crate::serve::StoreUrl;
-use crate::serve::payments::derived_key_for;
 use anyhow::{Context as _, Result, bail};
 use child::Proc;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -114,8 +113,10 @@ impl Env {
         Proc::start("the API server", &self.api_args(extra)).await
     }
 
-    /// The processor's ledger for charges or emails: derived key -> (calls, executions).
-    async fn ledger(&self, what: &str) -> Result<BTreeMap<String, (u64, u64)>> {
+    /// The processor's ledger for charges or emails, summed per `(account, Idempotency-Key)` of
+    /// the API request that caused them (from the metadata the API sends along):
+    /// (calls, executions). One logical request must make exactly one execution.
+    async fn ledger(&self, what: &str) -> Result<BTreeMap<(String, String), (u64, u64)>> {
         let v: Value = self
             .http
             .get(format!("{}/{what}", self.processor.url))
@@ -125,13 +126,19 @@ impl Env {
             .await?;
         let mut out = BTreeMap::new();
         for e in v["entries"].as_array().cloned().unwrap_or_default() {
-            out.insert(
-                e["key"].as_str().unwrap_or_default().to_owned(),
-                (
-                    e["calls"].as_u64().unwrap_or(0),
-                    e["executions"].as_u64().unwrap_or(0),
-                ),
+            let who = (
+                e["metadata"]["account"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                e["metadata"]["idempotency_key"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
             );
+            let sum = out.entry(who).or_insert((0, 0));
+            sum.0 += e["calls"].as_u64().unwrap_or(0);
+            sum.1 += e["executions"].as_u64().unwrap_or(0);
         }
         Ok(out)
     }
@@ -294,11 +301,11 @@ async fn concurrency_gate(env: &Env, n: usize) -> Result<GateResult> {
     let charges = env.ledger("charges").await?;
     let emails = env.ledger("emails").await?;
     let charge = charges
-        .get(&derived_key_for(&account, key, "charge"))
+        .get(&(account.clone(), key.to_string()))
         .copied()
         .unwrap_or((0, 0));
     let email = emails
-        .get(&derived_key_for(&account, key, "receipt"))
+        .get(&(account.clone(), key.to_string()))
         .copied()
         .unwrap_or((0, 0));
     let payments = payments_of(&env.http, &urls[0], &account).await?;
@@ -396,11 +403,11 @@ async fn crash_once(env: &Env, point: &str, completer: bool) -> Result<Value> {
     let charges = env.ledger("charges").await?;
     let emails = env.ledger("emails").await?;
     let charge = charges
-        .get(&derived_key_for(&account, &key, "charge"))
+        .get(&(account.clone(), key.to_string()))
         .copied()
         .unwrap_or((0, 0));
     let email = emails
-        .get(&derived_key_for(&account, &key, "receipt"))
+        .get(&(account.clone(), key.to_string()))
         .copied()
         .unwrap_or((0, 0));
     let payments = payments_of(&env.http, &api.url, &account).await?;
@@ -554,7 +561,7 @@ async fn fleet_gate(env: &Env, clients: usize, calls: usize) -> Result<GateResul
     let mut charged = 0;
     for (key, _) in &outcomes {
         let (_, executions) = charges
-            .get(&derived_key_for(&account, key, "charge"))
+            .get(&(account.clone(), key.to_string()))
             .copied()
             .unwrap_or((0, 0));
         duplicates += executions.saturating_sub(1);

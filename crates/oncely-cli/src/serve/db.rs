@@ -18,7 +18,10 @@ use std::time::Duration;
 /// The business schema. Written once for both dialects (`$N` parameters in ascending order work
 /// in SQLite and PostgreSQL).
 const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS payments (
+    // One row per logical request: a key reused after the replay window is a new request and
+    // makes a new row, so (scope, idempotency_key) is indexed, not unique. Which row belongs to
+    // a resumed request is carried by its recovery point (`payment_recorded:pay_…`).
+    "CREATE TABLE IF NOT EXISTS oncely_payments (
         id TEXT PRIMARY KEY,
         scope TEXT NOT NULL,
         idempotency_key TEXT NOT NULL,
@@ -29,38 +32,38 @@ const SCHEMA: &[&str] = &[
         status TEXT NOT NULL,
         charge_id TEXT,
         receipt_id TEXT,
-        created_at BIGINT NOT NULL,
-        UNIQUE (scope, idempotency_key)
+        created_at BIGINT NOT NULL
     )",
-    "CREATE TABLE IF NOT EXISTS orders (
+    "CREATE INDEX IF NOT EXISTS oncely_payments_by_scope ON oncely_payments (scope, created_at)",
+    "CREATE TABLE IF NOT EXISTS oncely_orders (
         id TEXT PRIMARY KEY,
         scope TEXT NOT NULL,
         idempotency_key TEXT NOT NULL,
         items TEXT NOT NULL,
-        created_at BIGINT NOT NULL,
-        UNIQUE (scope, idempotency_key)
+        created_at BIGINT NOT NULL
     )",
+    "CREATE INDEX IF NOT EXISTS oncely_orders_by_scope ON oncely_orders (scope, created_at)",
 ];
 
-const INSERT_PAYMENT: &str = "INSERT INTO payments
+const INSERT_PAYMENT: &str = "INSERT INTO oncely_payments
     (id, scope, idempotency_key, amount, currency, source, description, status, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
-    ON CONFLICT (scope, idempotency_key) DO NOTHING";
-const SELECT_PAYMENT_BY_KEY: &str = "SELECT id, amount, currency, source, description, status,
-    charge_id, receipt_id, created_at FROM payments WHERE scope = $1 AND idempotency_key = $2";
+    ON CONFLICT (id) DO NOTHING";
 const SELECT_PAYMENT_BY_ID: &str = "SELECT id, amount, currency, source, description, status,
-    charge_id, receipt_id, created_at FROM payments WHERE scope = $1 AND id = $2";
+    charge_id, receipt_id, created_at FROM oncely_payments WHERE scope = $1 AND id = $2";
 const LIST_PAYMENTS: &str = "SELECT id, amount, currency, source, description, status,
-    charge_id, receipt_id, created_at FROM payments WHERE scope = $1 ORDER BY created_at, id";
-const COUNT_PAYMENTS: &str = "SELECT COUNT(*) AS n FROM payments";
+    charge_id, receipt_id, created_at FROM oncely_payments WHERE scope = $1 ORDER BY created_at, id";
+const COUNT_PAYMENTS: &str = "SELECT COUNT(*) AS n FROM oncely_payments";
 const SET_CHARGE: &str =
-    "UPDATE payments SET charge_id = $1, status = $2 WHERE scope = $3 AND idempotency_key = $4";
-const SET_RECEIPT: &str =
-    "UPDATE payments SET receipt_id = $1 WHERE scope = $2 AND idempotency_key = $3";
-const INSERT_ORDER: &str = "INSERT INTO orders (id, scope, idempotency_key, items, created_at)
-    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (scope, idempotency_key) DO NOTHING";
+    "UPDATE oncely_payments SET charge_id = $1, status = $2 WHERE scope = $3 AND id = $4";
+const SET_RECEIPT: &str = "UPDATE oncely_payments SET receipt_id = $1 WHERE scope = $2 AND id = $3";
+const INSERT_ORDER: &str =
+    "INSERT INTO oncely_orders (id, scope, idempotency_key, items, created_at)
+    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING";
 const LIST_ORDERS: &str =
-    "SELECT id, items, created_at FROM orders WHERE scope = $1 ORDER BY created_at, id";
+    "SELECT id, items, created_at FROM oncely_orders WHERE scope = $1 ORDER BY created_at, id";
+const SELECT_ORDER_BY_ID: &str =
+    "SELECT id, items, created_at FROM oncely_orders WHERE scope = $1 AND id = $2";
 
 /// A payment as the API shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -180,20 +183,6 @@ impl Db {
         }
     }
 
-    /// The caller's payment made with `key`, if any.
-    pub async fn payment_by_key(&self, scope: &str, key: &str) -> Result<Option<Payment>> {
-        let (scope, key) = (scope.to_owned(), key.to_owned());
-        self.with_conn(move |t| {
-            Box::pin(async move {
-                dual!(t, c => {
-                    let row = sqlx::query(SELECT_PAYMENT_BY_KEY).bind(&scope).bind(&key).fetch_optional(c).await?;
-                    row.as_ref().map(payment_from).transpose()
-                })
-            })
-        })
-        .await
-    }
-
     /// The caller's payment by id.
     pub async fn payment_by_id(&self, scope: &str, id: &str) -> Result<Option<Payment>> {
         let (scope, id) = (scope.to_owned(), id.to_owned());
@@ -235,6 +224,23 @@ impl Db {
         .await
     }
 
+    /// The caller's order by id.
+    pub async fn order_by_id(&self, scope: &str, id: &str) -> Result<Option<Order>> {
+        let (scope, id) = (scope.to_owned(), id.to_owned());
+        self.with_conn(move |t| {
+            Box::pin(async move {
+                dual!(t, c => {
+                    let row = sqlx::query(SELECT_ORDER_BY_ID).bind(&scope).bind(&id).fetch_optional(c).await?;
+                    row.map(|r| -> Result<Order> {
+                        let items: String = r.try_get("items")?;
+                        Ok(Order { id: r.try_get("id")?, items: serde_json::from_str(&items)?, created_at: r.try_get("created_at")? })
+                    }).transpose()
+                })
+            })
+        })
+        .await
+    }
+
     /// The caller's orders, oldest first.
     pub async fn orders(&self, scope: &str) -> Result<Vec<Order>> {
         let scope = scope.to_owned();
@@ -270,12 +276,20 @@ pub enum Phase {
 }
 
 /// How a phase ends.
-pub enum PhaseEnd {
-    /// Commit with this recovery point.
-    Checkpoint(&'static str),
+pub enum PhaseEnd<'a> {
+    /// Commit with this recovery point. Plain phases commit the business write first, then
+    /// record the recovery point (a resumed request re-reads the row to see how far it got).
+    Checkpoint(&'a str),
+    /// Commit with this recovery point, which names what the phase creates (an intent). Plain
+    /// phases record it *before* committing the business write, so a crash in between resumes
+    /// with the same id instead of creating a second row.
+    Intent(&'a str),
     /// Commit with the final response stored (transactional stores) or ready for the layer to
     /// store (plain).
     Complete(StoredResponse, Duration),
+    /// [`PhaseEnd::Complete`] for a single-phase request that creates a row: plain phases
+    /// record the intent (the recovery point) first, like [`PhaseEnd::Intent`].
+    CompleteWithIntent(&'a str, StoredResponse, Duration),
 }
 
 /// Whether the phase stored the response itself.
@@ -315,7 +329,7 @@ impl Phase {
         }
     }
 
-    /// Records a payment (no-op if this key already recorded one).
+    /// Records a payment (no-op if this id is already recorded: a resumed phase).
     pub async fn insert_payment(&mut self, p: &NewPayment<'_>) -> Result<()> {
         dual!(self.target(), c => {
             sqlx::query(INSERT_PAYMENT)
@@ -342,15 +356,26 @@ impl Phase {
     }
 
     /// Records the receipt's id.
-    pub async fn set_receipt(&mut self, scope: &str, key: &str, receipt_id: &str) -> Result<()> {
+    pub async fn set_receipt(&mut self, scope: &str, id: &str, receipt_id: &str) -> Result<()> {
         dual!(self.target(), c => {
-            sqlx::query(SET_RECEIPT).bind(receipt_id).bind(scope).bind(key)
+            sqlx::query(SET_RECEIPT).bind(receipt_id).bind(scope).bind(id)
                 .execute(c).await.context("record receipt")?;
         });
         Ok(())
     }
 
-    /// Records an order (no-op if this key already recorded one).
+    /// The caller's order by id, read inside this phase's transaction.
+    pub async fn order(&mut self, scope: &str, id: &str) -> Result<Option<Order>> {
+        dual!(self.target(), c => {
+            let row = sqlx::query(SELECT_ORDER_BY_ID).bind(scope).bind(id).fetch_optional(c).await?;
+            row.map(|r| -> Result<Order> {
+                let items: String = r.try_get("items")?;
+                Ok(Order { id: r.try_get("id")?, items: serde_json::from_str(&items)?, created_at: r.try_get("created_at")? })
+            }).transpose()
+        })
+    }
+
+    /// Records an order (no-op if this id is already recorded: a resumed phase).
     pub async fn insert_order(
         &mut self,
         id: &str,
@@ -372,8 +397,22 @@ impl Phase {
     ///
     /// [`FencedError`] when another request took the key over (nothing committed, for the
     /// transactional stores), or a database error.
-    pub async fn commit(self, end: PhaseEnd) -> Result<Stored> {
+    pub async fn commit(self, end: PhaseEnd<'_>) -> Result<Stored> {
         match (self, end) {
+            (Phase::Plain { tx, ctx }, PhaseEnd::Intent(rp)) => {
+                ctx.checkpoint(rp).await.map_err(store_err)?;
+                tx.commit().await.context("commit phase")?;
+                Ok(Stored::InTransaction)
+            }
+            (Phase::Plain { tx, ctx }, PhaseEnd::CompleteWithIntent(rp, ..)) => {
+                ctx.checkpoint(rp).await.map_err(store_err)?;
+                tx.commit().await.context("commit phase")?;
+                Ok(Stored::ByLayer)
+            }
+            (phase, PhaseEnd::Intent(rp)) => Box::pin(phase.commit(PhaseEnd::Checkpoint(rp))).await,
+            (phase, PhaseEnd::CompleteWithIntent(_, r, retention)) => {
+                Box::pin(phase.commit(PhaseEnd::Complete(r, retention))).await
+            }
             (Phase::Sqlite(p), PhaseEnd::Checkpoint(rp)) => p
                 .checkpoint(rp)
                 .await

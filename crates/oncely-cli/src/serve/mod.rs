@@ -335,6 +335,18 @@ async fn get_payment(
     }
 }
 
+async fn get_order(
+    State(app): State<App>,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Response {
+    match app.db().order_by_id(scope.as_str(), &id).await {
+        Ok(Some(o)) => Json(o).into_response(),
+        Ok(None) => not_found("order"),
+        Err(e) => internal(e),
+    }
+}
+
 async fn list_orders(State(app): State<App>, Extension(scope): Extension<Scope>) -> Response {
     match app.db().orders(scope.as_str()).await {
         Ok(o) => Json(json!({ "data": o })).into_response(),
@@ -447,6 +459,7 @@ pub fn router(app: App, layer: Option<IdempotencyLayer>) -> Router {
         .route("/v1/payments", get(list_payments))
         .route("/v1/payments/{id}", get(get_payment))
         .route("/v1/orders", get(list_orders))
+        .route("/v1/orders/{id}", get(get_order))
         .route("/v1/idempotency-keys/{key}", get(key_state))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))

@@ -93,6 +93,13 @@ pub fn document() -> Value {
                     "responses": read_responses(json!({"type": "object", "properties": {"data": {"type": "array", "items": {"$ref": "#/components/schemas/Order"}}}}))
                 }
             },
+            "/v1/orders/{id}": {
+                "get": {
+                    "operationId": "getOrder",
+                    "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                    "responses": read_responses(json!({"$ref": "#/components/schemas/Order"}))
+                }
+            },
             "/v1/idempotency-keys/{key}": {
                 "get": {
                     "operationId": "getIdempotencyKey",

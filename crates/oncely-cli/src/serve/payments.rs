@@ -58,36 +58,36 @@ pub fn not_executed(
     resp
 }
 
-/// Maps a failure in the middle of a multi-step request. The recovery point already committed
-/// stays; the key is released so that the client's retry converges (every phase is idempotent).
+/// Maps a failure in the middle of a multi-step request: the request is suspended at its last
+/// committed recovery point (the record stays in flight with a lapsed lease), so the client's
+/// retry with the same key resumes there and never repeats an outside call that succeeded.
 fn failure(e: anyhow::Error) -> Response {
-    if e.downcast_ref::<FencedError>().is_some() {
-        return not_executed(
+    let mut resp = if e.downcast_ref::<FencedError>().is_some() {
+        not_executed(
             StatusCode::CONFLICT,
             "idempotency_request_in_flight",
             "another attempt took this idempotency key over; retry to get its result",
             json!({}),
-        );
-    }
-    tracing::warn!(error = %e, "request failed in the middle; the key is released for a retry");
-    not_executed(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "upstream_unavailable",
-        format!("a dependency failed: {e:#}; retry with the same Idempotency-Key"),
-        json!({}),
-    )
+        )
+    } else {
+        tracing::warn!(error = %e, "request suspended at its recovery point; a retry resumes it");
+        not_executed(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream_unavailable",
+            format!("a dependency failed: {e:#}; retry with the same Idempotency-Key to resume"),
+            json!({}),
+        )
+    };
+    resp.extensions_mut().insert(HandlerOutcome::Suspended);
+    resp
 }
 
-/// A stable key for an outside call, derived from the scope, our key and the step, so every
-/// retry of the same logical request sends the same one.
-pub fn derived_key(ctx: &IdempotencyContext, step: &str) -> String {
-    derived_key_for(ctx.id.scope.as_str(), ctx.id.key.as_str(), step)
-}
-
-/// [`derived_key`] from the parts (the gates use it to find a request's outside calls).
-pub fn derived_key_for(scope: &str, key: &str, step: &str) -> String {
+/// A stable idempotency key for an outside call, derived from the scope, the payment (one per
+/// logical request: a key reused after the replay window makes a new payment) and the step,
+/// so every retry and resumption of one logical request sends the same key.
+pub fn derived_key_for(scope: &str, payment_id: &str, step: &str) -> String {
     let mut h = Sha256::new();
-    for part in [scope, key, step] {
+    for part in [scope, payment_id, step] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part.as_bytes());
     }
@@ -211,23 +211,33 @@ fn mark(mut resp: Response, stored: Stored) -> Response {
     resp
 }
 
-/// The phases a payment has committed, from the recovery point and from the row itself (the
-/// later of the two wins: a released and re-claimed key resumes where the data says).
-fn progress(recovery_point: Option<&str>, payment: Option<&super::db::Payment>) -> u8 {
-    let from_rp = match recovery_point {
-        None => 0,
-        Some("payment_recorded") => 1,
-        Some("charge_created") => 2,
-        Some("receipt_sent") => 3,
-        Some(_) => 0,
+/// Where a payment stands: the recovery point names the step and carries the payment's id
+/// (`payment_recorded:pay_…`), so a resumed request finds its own row even when an earlier
+/// request with the same key (before the replay window ended) left one.
+fn parse_recovery_point(rp: Option<&str>) -> (u8, Option<String>) {
+    let Some((step, id)) = rp.and_then(|rp| rp.split_once(':')) else {
+        return (0, None);
     };
-    let from_row = match payment {
-        None => 0,
-        Some(p) if p.receipt_id.is_some() => 3,
-        Some(p) if p.charge_id.is_some() => 2,
-        Some(_) => 1,
+    let step = match step {
+        "payment_recorded" => 1,
+        "charge_created" => 2,
+        "receipt_sent" => 3,
+        _ => return (0, None),
     };
-    from_rp.max(from_row)
+    (step, Some(id.to_owned()))
+}
+
+/// The later of the recovery point and what the row itself shows (with the memory or Redis
+/// key store a phase's business write commits just before its recovery point is recorded).
+fn progress(step: u8, payment: &super::db::Payment) -> u8 {
+    let from_row = if payment.receipt_id.is_some() {
+        3
+    } else if payment.charge_id.is_some() || payment.status == "declined" {
+        2
+    } else {
+        1
+    };
+    step.max(from_row)
 }
 
 /// `POST /v1/payments`.
@@ -249,45 +259,53 @@ pub async fn create_payment(
 async fn run_payment(app: &App, ctx: &IdempotencyContext, req: &ValidPayment) -> Result<Response> {
     let scope = ctx.id.scope.as_str();
     let key = ctx.id.key.as_str();
-    let mut payment = app.db().payment_by_key(scope, key).await?;
-    let mut step = progress(ctx.recovery_point.as_deref(), payment.as_ref());
+    let (step, id) = parse_recovery_point(ctx.recovery_point.as_deref());
+    let id = id.unwrap_or_else(|| format!("pay_{}", uuid::Uuid::now_v7().simple()));
+    let existing = app.db().payment_by_id(scope, &id).await?;
 
-    if step < 1 {
-        let id = format!("pay_{}", uuid::Uuid::now_v7().simple());
-        let mut phase = app.begin_phase(ctx).await?;
-        phase
-            .insert_payment(&NewPayment {
-                id: &id,
-                scope,
-                key,
-                amount: req.amount,
-                currency: &req.currency,
-                source: &req.source,
-                description: req.description.as_deref(),
-                created_at: SystemClock.now_millis(),
-            })
-            .await?;
-        phase
-            .commit(PhaseEnd::Checkpoint("payment_recorded"))
-            .await?;
-        app.crash_point("payment_recorded");
-        payment = app.db().payment_by_key(scope, key).await?;
-        step = 1;
-    }
-    let mut payment =
-        payment.ok_or_else(|| anyhow!("payment row missing after it was recorded"))?;
+    // Phase 1: record the payment. The intent (its id) is recorded with it, so a retry
+    // after a crash resumes with the same payment, never a second one.
+    let mut payment = match existing {
+        Some(p) => p,
+        None => {
+            let mut phase = app.begin_phase(ctx).await?;
+            phase
+                .insert_payment(&NewPayment {
+                    id: &id,
+                    scope,
+                    key,
+                    amount: req.amount,
+                    currency: &req.currency,
+                    source: &req.source,
+                    description: req.description.as_deref(),
+                    created_at: SystemClock.now_millis(),
+                })
+                .await?;
+            let rp = format!("payment_recorded:{id}");
+            phase.commit(PhaseEnd::Intent(&rp)).await?;
+            app.crash_point("payment_recorded");
+            app.db()
+                .payment_by_id(scope, &id)
+                .await?
+                .ok_or_else(|| anyhow!("payment row missing after it was recorded"))?
+        }
+    };
+    let step = progress(step, &payment);
+    let metadata = json!({"account": scope, "idempotency_key": key, "payment": id});
 
+    // Phase 2: charge the card (the processor collapses repeats of our derived key).
     if step < 2 {
         let charge = app
             .outside_call(
                 "charges",
-                &derived_key(ctx, "charge"),
-                json!({"amount": payment.amount, "currency": payment.currency, "source": payment.source}),
+                &derived_key_for(scope, &id, "charge"),
+                json!({"amount": payment.amount, "currency": payment.currency, "source": payment.source, "metadata": metadata}),
             )
             .await?;
         let mut phase = app.begin_phase(ctx).await?;
+        let rp = format!("charge_created:{id}");
         if charge.0 == 402 {
-            phase.set_charge(scope, key, None, "declined").await?;
+            phase.set_charge(scope, &id, None, "declined").await?;
             payment.status = "declined".into();
             let body = json!({
                 "type": "urn:oncely:problem:card_declined",
@@ -298,15 +316,7 @@ async fn run_payment(app: &App, ctx: &IdempotencyContext, req: &ValidPayment) ->
                 "retryable": false,
                 "payment": payment,
             });
-            let (mut resp, mut stored) = respond(StatusCode::PAYMENT_REQUIRED, &body, None);
-            let problem = HeaderValue::from_static("application/problem+json");
-            resp.headers_mut()
-                .insert(header::CONTENT_TYPE, problem.clone());
-            stored = oncely_tower::stored_response(
-                StatusCode::PAYMENT_REQUIRED,
-                resp.headers(),
-                &stored.body,
-            );
+            let (resp, stored) = respond_problem(StatusCode::PAYMENT_REQUIRED, &body);
             let how = phase
                 .commit(PhaseEnd::Complete(stored, app.retention()))
                 .await?;
@@ -318,21 +328,36 @@ async fn run_payment(app: &App, ctx: &IdempotencyContext, req: &ValidPayment) ->
         }
         let charge_id = charge.1["id"].as_str().unwrap_or_default().to_owned();
         phase
-            .set_charge(scope, key, Some(&charge_id), "succeeded")
+            .set_charge(scope, &id, Some(&charge_id), "succeeded")
             .await?;
-        phase.commit(PhaseEnd::Checkpoint("charge_created")).await?;
+        phase.commit(PhaseEnd::Checkpoint(&rp)).await?;
         app.crash_point("charge_created");
         payment.charge_id = Some(charge_id);
         payment.status = "succeeded".into();
-        step = 2;
     }
 
+    // A declined payment that crashed before its response was stored: answer the decline.
+    if payment.status == "declined" {
+        let body = json!({
+            "type": "urn:oncely:problem:card_declined", "title": "Card declined", "status": 402,
+            "detail": "the card processor declined the charge", "code": "card_declined",
+            "retryable": false, "payment": payment,
+        });
+        let (resp, stored) = respond_problem(StatusCode::PAYMENT_REQUIRED, &body);
+        let phase = app.begin_phase(ctx).await?;
+        let how = phase
+            .commit(PhaseEnd::Complete(stored, app.retention()))
+            .await?;
+        return Ok(mark(resp, how));
+    }
+
+    // Phase 3: send the receipt.
     if step < 3 {
         let email = app
             .outside_call(
                 "emails",
-                &derived_key(ctx, "receipt"),
-                json!({"to": scope, "subject": format!("Receipt for {}", payment.id), "payment": payment.id}),
+                &derived_key_for(scope, &id, "receipt"),
+                json!({"to": scope, "subject": format!("Receipt for {id}"), "payment": id, "metadata": metadata}),
             )
             .await?;
         if email.0 != 202 {
@@ -340,21 +365,22 @@ async fn run_payment(app: &App, ctx: &IdempotencyContext, req: &ValidPayment) ->
         }
         let receipt_id = email.1["id"].as_str().unwrap_or_default().to_owned();
         let mut phase = app.begin_phase(ctx).await?;
-        phase.set_receipt(scope, key, &receipt_id).await?;
-        phase.commit(PhaseEnd::Checkpoint("receipt_sent")).await?;
+        phase.set_receipt(scope, &id, &receipt_id).await?;
+        let rp = format!("receipt_sent:{id}");
+        phase.commit(PhaseEnd::Checkpoint(&rp)).await?;
         app.crash_point("receipt_sent");
     }
 
     // The last phase: the response, built from the committed row, stored with it.
     let payment = app
         .db()
-        .payment_by_key(scope, key)
+        .payment_by_id(scope, &id)
         .await?
         .ok_or_else(|| anyhow!("payment row missing"))?;
     let (resp, stored) = respond(
         StatusCode::CREATED,
         &serde_json::to_value(&payment)?,
-        Some(format!("/v1/payments/{}", payment.id)),
+        Some(format!("/v1/payments/{id}")),
     );
     let phase = app.begin_phase(ctx).await?;
     let how = phase
@@ -363,6 +389,17 @@ async fn run_payment(app: &App, ctx: &IdempotencyContext, req: &ValidPayment) ->
     app.crash_point("response_stored");
     app.payment_created();
     Ok(mark(resp, how))
+}
+
+/// A problem+json response that is a result (stored and replayed), e.g. a card decline.
+fn respond_problem(status: StatusCode, body: &Value) -> (Response, oncely_core::StoredResponse) {
+    let (mut resp, stored) = respond(status, body, None);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    let stored = oncely_tower::stored_response(status, resp.headers(), &stored.body);
+    (resp, stored)
 }
 
 #[derive(Debug, Deserialize)]
@@ -403,7 +440,16 @@ pub async fn create_order(
         return invalid(errors);
     }
     let result: Result<Response> = async {
-        let id = format!("ord_{}", uuid::Uuid::now_v7().simple());
+        // A resumed request (its first attempt died before the response was stored) keeps the
+        // order id it recorded as its intent.
+        let id = match ctx
+            .recovery_point
+            .as_deref()
+            .and_then(|rp| rp.strip_prefix("order_recorded:"))
+        {
+            Some(id) => id.to_owned(),
+            None => format!("ord_{}", uuid::Uuid::now_v7().simple()),
+        };
         let created_at = SystemClock.now_millis();
         let items = Value::Array(items);
         let mut phase = app.begin_phase(&ctx).await?;
@@ -416,13 +462,19 @@ pub async fn create_order(
                 created_at,
             )
             .await?;
+        // The row as committed (a resumed request finds the one its first attempt wrote).
+        let order = match phase.order(ctx.id.scope.as_str(), &id).await? {
+            Some(existing) => serde_json::to_value(existing)?,
+            None => json!({"id": id, "items": items, "created_at": created_at}),
+        };
         let (resp, stored) = respond(
             StatusCode::CREATED,
-            &json!({"id": id, "items": items, "created_at": created_at}),
+            &order,
             Some(format!("/v1/orders/{id}")),
         );
+        let rp = format!("order_recorded:{id}");
         let how = phase
-            .commit(PhaseEnd::Complete(stored, app.retention()))
+            .commit(PhaseEnd::CompleteWithIntent(&rp, stored, app.retention()))
             .await?;
         Ok(mark(resp, how))
     }
