@@ -645,8 +645,16 @@ impl Heartbeat {
                 match timed(&config, config.store.renew(&id, token, config.policy.lease)).await {
                     Ok(_) => {}
                     Err(StoreError::Fenced) => {
-                        config.metrics.inc(Counter::fencing_rejections);
-                        tracing::warn!(scope = %id.scope, key = %id.key, token = token.0, "lease renewal fenced: this request lost its claim to another one; its completion will be rejected");
+                        // A transactional handler may have completed the record itself while
+                        // this renewal waited for its phase's lock: that is not a lost claim.
+                        let completed_by_us = matches!(
+                            config.store.get(&id).await,
+                            Ok(Some(rec)) if rec.token == token && matches!(rec.state, oncely_core::RecordState::Complete { .. })
+                        );
+                        if !completed_by_us {
+                            config.metrics.inc(Counter::fencing_rejections);
+                            tracing::warn!(scope = %id.scope, key = %id.key, token = token.0, "lease renewal fenced: this request lost its claim to another one; its completion will be rejected");
+                        }
                         return;
                     }
                     Err(e) => {
