@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The HTTP figures of docs/PERFORMANCE.md: for each store, the same endpoint (POST /v1/orders,
+# the single-phase transactional one) with the idempotency layer and without it
+# (`serve --idempotency off`), unique keys, then replays (`--keys duplicate=1.0`), alternated
+# over ROUNDS rounds so that both sides see the same machine noise. Loopback only.
+#
+# Usage: crates/oncely-bench/scripts/http.sh [STORES] [SECONDS] [CONCURRENCY] [ROUNDS]
+#   STORES: space-separated subset of "memory sqlite postgres redis" (default: all four)
+#   env ONCELY_BENCH_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/oncely_bench)
+#   env ONCELY_BENCH_REDIS_URL    (default redis://127.0.0.1:6379)
+# Prints one JSON line per run: {"store", "round", "variant", "record": <oncely bench --json>}.
+set -euo pipefail
+STORES=${1:-"memory sqlite postgres redis"}
+SECS=${2:-8}
+CONC=${3:-16}
+ROUNDS=${4:-2}
+BIN=${ONCELY_BIN:-target/release/oncely}
+PG=${ONCELY_BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/oncely_bench}
+REDIS=${ONCELY_BENCH_REDIS_URL:-redis://127.0.0.1:6379}
+BODY='{"items":[{"sku":"bench-sku","quantity":2},{"sku":"other-sku","quantity":1}]}'
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+# start NAME ARGS...: starts `oncely serve ARGS --addr 127.0.0.1:0`, sets URL.
+start() {
+  local name=$1; shift
+  "$BIN" serve --addr 127.0.0.1:0 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" &
+  PIDS+=($!)
+  for _ in $(seq 1 200); do
+    if grep -q '^oncely: listening on ' "$TMP/$name.out" 2>/dev/null; then
+      URL=$(sed -n 's/^oncely: listening on //p' "$TMP/$name.out" | head -1)
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "server $name did not start:" >&2; cat "$TMP/$name.err" >&2; exit 1
+}
+
+run() { # run STORE ROUND VARIANT URL KEYS
+  local rec
+  rec=$("$BIN" bench --url "$4/v1/orders" --auth 'Bearer acct_bench' --body "$BODY" \
+        --concurrency "$CONC" --duration-secs "$SECS" --keys "$5" --json || true)
+  printf '{"store":"%s","round":%s,"variant":"%s","record":%s}\n' "$1" "$2" "$3" "$rec"
+}
+
+for store in $STORES; do
+  case $store in
+    memory)   on=(--store memory);                 off=(--store memory) ;;
+    sqlite)   on=(--store "$TMP/on.sqlite3");      off=(--store "$TMP/off.sqlite3") ;;
+    postgres) on=(--store "$PG");                  off=(--store "$PG") ;;
+    redis)    on=(--store "$REDIS" --business-db "$TMP/on-biz.sqlite3")
+              off=(--store "$REDIS" --business-db "$TMP/off-biz.sqlite3") ;;
+    *) echo "unknown store $store" >&2; exit 2 ;;
+  esac
+  start "$store-on" "${on[@]}";                    URL_ON=$URL
+  start "$store-off" "${off[@]}" --idempotency off; URL_OFF=$URL
+  # Warm up both (connection pools, prepared statements, page cache).
+  for u in "$URL_ON" "$URL_OFF"; do
+    "$BIN" bench --url "$u/v1/orders" --auth 'Bearer acct_bench' --body "$BODY" \
+      --concurrency "$CONC" --requests 500 --keys unique --json >/dev/null
+  done
+  for round in $(seq 1 "$ROUNDS"); do
+    run "$store" "$round" baseline "$URL_OFF" unique
+    run "$store" "$round" layer "$URL_ON" unique
+    run "$store" "$round" replay "$URL_ON" duplicate=1.0
+  done
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  PIDS=()
+done

@@ -1,0 +1,139 @@
+//! # oncely-bench
+//!
+//! Helpers for the key-store benchmarks in `benches/stores.rs`: open each backend the way a
+//! server would, and build claim requests with fresh keys. Run them with
+//! `cargo bench -p oncely-bench`; PostgreSQL and Redis are measured only when
+//! `ONCELY_BENCH_POSTGRES_URL` / `ONCELY_BENCH_REDIS_URL` (or the test variables
+//! `ONCELY_TEST_POSTGRES_URL` / `ONCELY_TEST_REDIS_URL`) are set, else skipped with a note.
+//! Use a throwaway database: the benchmarks leave their records behind (reap them, or drop the
+//! database).
+
+use oncely_core::{
+    ClaimRequest, Fingerprint, IdempotencyKey, KeyStore, MemoryStore, RecordKey, Scope,
+    StoredResponse,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The backends the benchmarks know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// [`MemoryStore`].
+    Memory,
+    /// `oncely_sqlite::SqliteStore` on a temporary file (WAL, the crate's defaults).
+    Sqlite,
+    /// `oncely_postgres::PostgresStore`, from the environment.
+    Postgres,
+    /// `oncely_redis::RedisStore`, from the environment.
+    Redis,
+}
+
+impl Backend {
+    /// Every backend, in report order.
+    pub const ALL: [Self; 4] = [Self::Memory, Self::Sqlite, Self::Postgres, Self::Redis];
+
+    /// A short lower-case name (`memory`, `sqlite`, `postgres`, `redis`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+            Self::Redis => "redis",
+        }
+    }
+}
+
+/// An opened store and whatever must live as long as it (the SQLite temporary directory).
+pub struct Opened {
+    /// The store.
+    pub store: Arc<dyn KeyStore>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn env_url(bench: &str, test: &str) -> Option<String> {
+    std::env::var(bench)
+        .ok()
+        .or_else(|| std::env::var(test).ok())
+        .filter(|u| !u.is_empty())
+}
+
+/// Opens a backend (running its migrations), or returns why it is skipped.
+///
+/// # Errors
+///
+/// A message naming the missing environment variable, or the store's error.
+pub async fn open(backend: Backend) -> Result<Opened, String> {
+    let (store, dir): (Arc<dyn KeyStore>, _) = match backend {
+        Backend::Memory => (Arc::new(MemoryStore::new()), None),
+        Backend::Sqlite => {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let path = dir.path().join("bench.sqlite3");
+            let url = format!("sqlite://{}?mode=rwc", path.display());
+            let store = oncely_sqlite::SqliteStore::connect(&url)
+                .await
+                .map_err(|e| e.to_string())?;
+            (Arc::new(store), Some(dir))
+        }
+        Backend::Postgres => {
+            let url = env_url("ONCELY_BENCH_POSTGRES_URL", "ONCELY_TEST_POSTGRES_URL")
+                .ok_or("ONCELY_BENCH_POSTGRES_URL is not set")?;
+            let store = oncely_postgres::PostgresStore::connect(&url)
+                .await
+                .map_err(|e| e.to_string())?;
+            store.migrate().await.map_err(|e| e.to_string())?;
+            (Arc::new(store), None)
+        }
+        Backend::Redis => {
+            let url = env_url("ONCELY_BENCH_REDIS_URL", "ONCELY_TEST_REDIS_URL")
+                .ok_or("ONCELY_BENCH_REDIS_URL is not set")?;
+            let store = oncely_redis::RedisStore::connect(&url)
+                .await
+                .map_err(|e| e.to_string())?;
+            (Arc::new(store), None)
+        }
+    };
+    Ok(Opened { store, _dir: dir })
+}
+
+/// A claim request for `(acct_bench, key)` with the server's default policy: 30 s lease, 24 h
+/// replay window, 72 h retention, no stored request.
+///
+/// # Panics
+///
+/// When `key` is not a valid `Idempotency-Key` (1-255 visible ASCII characters).
+pub fn claim_request(key: &str) -> ClaimRequest {
+    ClaimRequest {
+        id: RecordKey::new(
+            Scope::new("acct_bench"),
+            IdempotencyKey::new(key).expect("a valid key"),
+        ),
+        fingerprint: Fingerprint::from_parts(1, [7; 32]),
+        lease: Duration::from_secs(30),
+        replay_window: Duration::from_secs(86_400),
+        retention: Duration::from_secs(259_200),
+        request: None,
+    }
+}
+
+/// A typical stored response: `201 Created`, a content type and location header, and a body of
+/// `body_len` bytes.
+pub fn response(body_len: usize) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![
+            ("content-type".to_owned(), b"application/json".to_vec()),
+            (
+                "location".to_owned(),
+                b"/v1/orders/ord_0190f3c27b1e".to_vec(),
+            ),
+        ],
+        body: vec![b'x'; body_len],
+        body_retained: true,
+    }
+}
+
+/// A key prefix unique to this process, so runs never collide with an earlier run's records.
+pub fn run_prefix() -> String {
+    format!("bench-{}", uuid::Uuid::new_v4().simple())
+}

@@ -1,0 +1,113 @@
+//! Fingerprint throughput, in bytes per second, against plain SHA-256 of the same bytes (the
+//! floor: the fingerprint hashes at least the body).
+//!
+//! Groups, each at 1 KiB, 64 KiB and 1 MiB:
+//! - `sha256`: `Sha256::digest(body)`, the floor;
+//! - `fingerprint_raw`: [`fingerprint_v1`] of an `application/octet-stream` body (framing and
+//!   hashing only);
+//! - `fingerprint_json`: [`fingerprint_v1`] of an `application/json` body (parse, RFC 8785
+//!   canonicalization, then hashing);
+//! - `canonical_json`: [`canonical_json`] alone, to split the JSON cost;
+//! - `serde_json_parse`: `serde_json::from_slice::<Value>` alone (the parse into a tree that
+//!   the canonicalization starts with).
+//!
+//! Run: `cargo bench -p oncely-core --bench fingerprint`. Short measurement times keep the whole
+//! run to about a minute on two cores.
+
+#![allow(missing_docs)]
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use oncely_core::fingerprint::{RequestParts, canonical_json, fingerprint_v1};
+use sha2::{Digest, Sha256};
+use std::hint::black_box;
+use std::time::Duration;
+
+const SIZES: [(&str, usize); 3] = [("1KiB", 1 << 10), ("64KiB", 64 << 10), ("1MiB", 1 << 20)];
+
+/// A realistic JSON API body of about `target` bytes: an order with line items (strings,
+/// integers, decimals, booleans, nested objects and arrays), keys deliberately not sorted.
+fn json_body(target: usize) -> Vec<u8> {
+    let mut out = String::from(
+        r#"{"customer":{"name":"Ada Lovelace","email":"ada@example.com"},"currency":"eur","items":["#,
+    );
+    let mut i = 0u32;
+    while out.len() + 2 < target {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!(
+            r#"{{"sku":"SKU-{i:06}","quantity":{},"unit_price":{}.{:02},"gift":{},"meta":{{"warehouse":"w{}","tags":["a","b{}"]}},"note":"line item number {i} of the order"}}"#,
+            i % 17 + 1,
+            i % 997,
+            i % 100,
+            i % 2 == 0,
+            i % 5,
+            i % 3
+        ));
+        i += 1;
+    }
+    out.push_str("]}");
+    assert!(serde_json::from_str::<serde_json::Value>(&out).is_ok());
+    out.into_bytes()
+}
+
+fn raw_body(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+fn parts<'a>(content_type: &'a [u8], body: &'a [u8]) -> RequestParts<'a> {
+    RequestParts {
+        method: "POST",
+        path: "/v1/orders",
+        query: None,
+        content_type: Some(content_type),
+        body,
+        extra_headers: &[],
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    for (group_name, json) in [
+        ("sha256_raw", false),
+        ("fingerprint_raw", false),
+        ("sha256_json", true),
+        ("fingerprint_json", true),
+        ("canonical_json", true),
+        ("serde_json_parse", true),
+    ] {
+        let mut group = c.benchmark_group(group_name);
+        group
+            .measurement_time(Duration::from_secs(3))
+            .warm_up_time(Duration::from_secs(1))
+            .sample_size(20);
+        for (label, size) in SIZES {
+            let body = if json {
+                json_body(size)
+            } else {
+                raw_body(size)
+            };
+            group.throughput(Throughput::Bytes(body.len() as u64));
+            group.bench_with_input(BenchmarkId::from_parameter(label), &body, |b, body| {
+                match group_name {
+                    "sha256_raw" | "sha256_json" => {
+                        b.iter(|| Sha256::digest(black_box(body.as_slice())));
+                    }
+                    "fingerprint_raw" => b.iter(|| {
+                        fingerprint_v1(&parts(b"application/octet-stream", black_box(body)))
+                    }),
+                    "fingerprint_json" => {
+                        b.iter(|| fingerprint_v1(&parts(b"application/json", black_box(body))));
+                    }
+                    "canonical_json" => b.iter(|| canonical_json(black_box(body))),
+                    _ => b.iter(|| {
+                        serde_json::from_slice::<serde_json::Value>(black_box(body)).unwrap()
+                    }),
+                }
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(fingerprint, benches);
+criterion_main!(fingerprint);
