@@ -40,7 +40,7 @@ fn json_body(target: usize) -> Vec<u8> {
             i % 17 + 1,
             i % 997,
             i % 100,
-            i % 2 == 0,
+            i.is_multiple_of(2),
             i % 5,
             i % 3
         ));
