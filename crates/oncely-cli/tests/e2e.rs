@@ -518,3 +518,26 @@ async fn an_outside_outage_suspends_the_request_and_the_retry_resumes_it() {
     let _ = processor.kill();
     let _ = processor.wait();
 }
+
+#[tokio::test]
+async fn the_baseline_without_the_layer_serves_the_same_endpoints() {
+    // `serve --idempotency off` is the benchmark baseline: the same handlers, no claim, so the
+    // same key twice makes two orders (that is what the layer exists to prevent).
+    let s = start(&["serve", "--store", "memory", "--idempotency", "off"]);
+    let order = r#"{"items": [{"sku": "A-1", "quantity": 2}]}"#;
+    let a = post(&s.url, "/v1/orders", "acct_b", Some("same"), order).await;
+    let b = post(&s.url, "/v1/orders", "acct_b", Some("same"), order).await;
+    assert_eq!(
+        (a.status, b.status),
+        (201, 201),
+        "{}",
+        String::from_utf8_lossy(&a.body)
+    );
+    assert_ne!(a.json()["id"], b.json()["id"]);
+    let pay = r#"{"amount": 100, "currency": "EUR", "source": "tok_visa"}"#;
+    let p = post(&s.url, "/v1/payments", "acct_b", None, pay).await;
+    assert_eq!(p.status, 201, "{}", String::from_utf8_lossy(&p.body));
+    assert_eq!(p.json()["status"], "succeeded");
+    let orders = get_json(&format!("{}/v1/orders", s.url), "acct_b").await;
+    assert_eq!(orders["data"].as_array().unwrap().len(), 2);
+}

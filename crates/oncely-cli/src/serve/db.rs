@@ -259,8 +259,19 @@ impl Db {
     }
 }
 
+/// A plain business transaction with no claim behind it (the baseline without the layer).
+pub enum BareTx {
+    /// On SQLite.
+    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+    /// On PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+}
+
 /// One atomic phase of a request.
 pub enum Phase {
+    /// No idempotency layer: the business write alone (`serve --idempotency off`).
+    Bare(BareTx),
     /// A key-store transaction on SQLite: business writes, recovery point and response commit
     /// together.
     Sqlite(oncely_sqlite::Phase),
@@ -326,6 +337,9 @@ impl Phase {
             #[cfg(feature = "postgres")]
             Phase::Postgres(p) => Target::Postgres(&mut *p.tx()),
             Phase::Plain { tx, .. } => Target::Sqlite(&mut *tx),
+            Phase::Bare(BareTx::Sqlite(tx)) => Target::Sqlite(&mut *tx),
+            #[cfg(feature = "postgres")]
+            Phase::Bare(BareTx::Postgres(tx)) => Target::Postgres(&mut *tx),
         }
     }
 
@@ -399,6 +413,14 @@ impl Phase {
     /// transactional stores), or a database error.
     pub async fn commit(self, end: PhaseEnd<'_>) -> Result<Stored> {
         match (self, end) {
+            (Phase::Bare(tx), _) => {
+                match tx {
+                    BareTx::Sqlite(tx) => tx.commit().await.context("commit")?,
+                    #[cfg(feature = "postgres")]
+                    BareTx::Postgres(tx) => tx.commit().await.context("commit")?,
+                }
+                Ok(Stored::ByLayer)
+            }
             (Phase::Plain { tx, ctx }, PhaseEnd::Intent(rp)) => {
                 ctx.checkpoint(rp).await.map_err(store_err)?;
                 tx.commit().await.context("commit phase")?;

@@ -16,11 +16,12 @@
 use super::App;
 use super::db::{FencedError, NewPayment, Phase, PhaseEnd, Stored};
 use anyhow::{Result, anyhow};
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use oncely_core::{Clock, SystemClock};
+use oncely_core::{Clock, Scope, SystemClock};
 use oncely_tower::{HandlerOutcome, IdempotencyContext};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -240,26 +241,59 @@ fn progress(step: u8, payment: &super::db::Payment) -> u8 {
     step.max(from_row)
 }
 
+/// Who is asking and under which claim. Without the idempotency layer (`serve --idempotency
+/// off`, the benchmark baseline) there is no claim: the same handlers run with plain
+/// transactions and no recovery point.
+pub struct Caller {
+    scope: String,
+    key: String,
+    ctx: Option<IdempotencyContext>,
+}
+
+impl Caller {
+    fn new(scope: &Scope, headers: &HeaderMap, ctx: Option<IdempotencyContext>) -> Self {
+        let key = match &ctx {
+            Some(c) => c.id.key.as_str().to_owned(),
+            None => headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned),
+        };
+        Self {
+            scope: scope.as_str().to_owned(),
+            key,
+            ctx,
+        }
+    }
+
+    fn recovery_point(&self) -> Option<&str> {
+        self.ctx.as_ref().and_then(|c| c.recovery_point.as_deref())
+    }
+}
+
 /// `POST /v1/payments`.
 pub async fn create_payment(
     State(app): State<App>,
-    ctx: IdempotencyContext,
+    Extension(scope): Extension<Scope>,
+    headers: HeaderMap,
+    ctx: Option<IdempotencyContext>,
     body: Bytes,
 ) -> Response {
     let req = match validate_payment(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    match run_payment(&app, &ctx, &req).await {
+    let caller = Caller::new(&scope, &headers, ctx);
+    match run_payment(&app, &caller, &req).await {
         Ok(resp) => resp,
         Err(e) => failure(e),
     }
 }
 
-async fn run_payment(app: &App, ctx: &IdempotencyContext, req: &ValidPayment) -> Result<Response> {
-    let scope = ctx.id.scope.as_str();
-    let key = ctx.id.key.as_str();
-    let (step, id) = parse_recovery_point(ctx.recovery_point.as_deref());
+async fn run_payment(app: &App, ctx: &Caller, req: &ValidPayment) -> Result<Response> {
+    let scope = ctx.scope.as_str();
+    let key = ctx.key.as_str();
+    let (step, id) = parse_recovery_point(ctx.recovery_point());
     let id = id.unwrap_or_else(|| format!("pay_{}", uuid::Uuid::now_v7().simple()));
     let existing = app.db().payment_by_id(scope, &id).await?;
 
@@ -411,9 +445,12 @@ struct OrderRequest {
 /// `POST /v1/orders`: one transactional phase.
 pub async fn create_order(
     State(app): State<App>,
-    ctx: IdempotencyContext,
+    Extension(scope): Extension<Scope>,
+    headers: HeaderMap,
+    ctx: Option<IdempotencyContext>,
     body: Bytes,
 ) -> Response {
+    let ctx = Caller::new(&scope, &headers, ctx);
     let req: OrderRequest = match parse_json(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -443,8 +480,7 @@ pub async fn create_order(
         // A resumed request (its first attempt died before the response was stored) keeps the
         // order id it recorded as its intent.
         let id = match ctx
-            .recovery_point
-            .as_deref()
+            .recovery_point()
             .and_then(|rp| rp.strip_prefix("order_recorded:"))
         {
             Some(id) => id.to_owned(),
@@ -454,16 +490,10 @@ pub async fn create_order(
         let items = Value::Array(items);
         let mut phase = app.begin_phase(&ctx).await?;
         phase
-            .insert_order(
-                &id,
-                ctx.id.scope.as_str(),
-                ctx.id.key.as_str(),
-                &items.to_string(),
-                created_at,
-            )
+            .insert_order(&id, &ctx.scope, &ctx.key, &items.to_string(), created_at)
             .await?;
         // The row as committed (a resumed request finds the one its first attempt wrote).
-        let order = match phase.order(ctx.id.scope.as_str(), &id).await? {
+        let order = match phase.order(&ctx.scope, &id).await? {
             Some(existing) => serde_json::to_value(existing)?,
             None => json!({"id": id, "items": items, "created_at": created_at}),
         };
@@ -483,8 +513,16 @@ pub async fn create_order(
 }
 
 impl App {
-    /// Begins one atomic phase for the owner of `ctx`.
-    pub async fn begin_phase(&self, ctx: &IdempotencyContext) -> Result<Phase> {
+    /// Begins one atomic phase for the owner of the caller's claim (a plain transaction when
+    /// there is no claim: the baseline without the layer).
+    pub async fn begin_phase(&self, caller: &Caller) -> Result<Phase> {
+        let Some(ctx) = &caller.ctx else {
+            return Ok(Phase::Bare(match &self.inner.db {
+                super::db::Db::Sqlite(pool) => super::db::BareTx::Sqlite(pool.begin().await?),
+                #[cfg(feature = "postgres")]
+                super::db::Db::Postgres(pool) => super::db::BareTx::Postgres(pool.begin().await?),
+            }));
+        };
         let map = |e: oncely_core::StoreError| match e {
             oncely_core::StoreError::Fenced => anyhow!(FencedError),
             other => anyhow!(other),
