@@ -137,3 +137,43 @@ pub fn response(body_len: usize) -> StoredResponse {
 pub fn run_prefix() -> String {
     format!("bench-{}", uuid::Uuid::new_v4().simple())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncely_core::ClaimOutcome;
+
+    /// The helpers drive a real first execution and a replay on the stores that need no server.
+    #[tokio::test]
+    async fn helpers_claim_complete_and_replay_on_memory_and_sqlite() {
+        for backend in [Backend::Memory, Backend::Sqlite] {
+            let opened = open(backend).await.expect("opens without a server");
+            let req = claim_request(&format!("{}-1", run_prefix()));
+            let ClaimOutcome::Claimed(claim) = opened.store.claim(req.clone()).await.unwrap()
+            else {
+                panic!("{}: a fresh key is claimed", backend.name());
+            };
+            opened
+                .store
+                .complete(&req.id, claim.token, response(256), req.retention)
+                .await
+                .unwrap();
+            match opened.store.claim(req).await.unwrap() {
+                ClaimOutcome::Replay { response: r, .. } => {
+                    assert_eq!(r.status, 201, "{}", backend.name());
+                    assert_eq!(r.body, vec![b'x'; 256], "{}", backend.name());
+                    assert_eq!(r.headers.len(), 2, "{}", backend.name());
+                }
+                other => panic!("{}: expected a replay, got {other:?}", backend.name()),
+            }
+        }
+    }
+
+    #[test]
+    fn run_prefixes_differ_and_make_valid_keys() {
+        let (a, b) = (run_prefix(), run_prefix());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), "bench-".len() + 32);
+        assert!(IdempotencyKey::new(&format!("{a}-123456789")).is_ok());
+    }
+}
