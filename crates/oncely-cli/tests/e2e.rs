@@ -2,40 +2,10 @@
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-/// A running `oncely` child process, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(args: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oncely"))
-        .args(args)
-        .args(["--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start oncely");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines.next().expect("oncely printed its address").unwrap();
-        if let Some(u) = line.strip_prefix("oncely: listening on ") {
-            break u.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
-}
+mod common;
+use common::start;
 
 struct Resp {
     status: u16,

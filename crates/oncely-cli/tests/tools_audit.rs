@@ -7,46 +7,16 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+
+use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 const PAYMENT: &str = r#"{"amount": 1000, "currency": "EUR", "source": "tok_visa"}"#;
 
-/// A running `oncely serve`, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(args: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oncely"))
-        .args(args)
-        .args(["--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start oncely");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines.next().expect("oncely printed its address").unwrap();
-        if let Some(u) = line.strip_prefix("oncely: listening on ") {
-            break u.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
-}
+mod common;
+use common::start;
 
 async fn oncely(args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_oncely"))
