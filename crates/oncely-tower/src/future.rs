@@ -12,10 +12,11 @@ type Inner<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send + 
 /// The response future of [`Idempotency`](crate::Idempotency): resolves to the handler's
 /// response, a replay, or a problem response; errors only with the inner service's error.
 ///
-/// Dropping it (a client that disconnects) cancels the handler and stops the lease heartbeat;
-/// the claim is neither completed nor released, so the key stays in flight until its lease
-/// lapses and a retry takes it over (the request may have left a half-done effect; the recovery
-/// point tells the retry where to resume).
+/// Dropping it (a client that disconnects or times out) does **not** cancel a claimed handler:
+/// it runs on its own task to completion, with its lease heartbeat, and its response is stored,
+/// so the client's retry gets the replay instead of waiting out the lease. (Only a process that
+/// dies leaves its key in flight until the lease lapses; a retry then takes it over and resumes
+/// at the recovery point.)
 pub struct ResponseFuture<E> {
     inner: Inner<E>,
 }

@@ -181,6 +181,7 @@ async fn handle<S, B, ResBody>(
 where
     S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: Send + 'static,
     B: http_body::Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
@@ -318,7 +319,18 @@ where
             };
             parts.extensions.insert(ctx.clone());
             let req = Request::from_parts(parts, full_body(body));
-            execute(&config, inner, req, &ctx).await
+            // The claimed request runs on its own task: a client that disconnects or times out
+            // must not cancel a handler in the middle of its side effects (an outside call that
+            // may have succeeded) and leave the key locked until its lease lapses. The handler
+            // runs to completion and its response is stored for the client's retry.
+            match spawn_execute(Arc::clone(&config), inner, req, ctx).await {
+                Ok(result) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => {
+                    tracing::error!(error = %e, "the request task was cancelled");
+                    Ok(unavailable(&config))
+                }
+            }
         }
         ClaimOutcome::InFlight { .. } => Ok(in_flight(&config, &id, fingerprint).await),
         ClaimOutcome::Replay { response, .. } => Ok(replay(&config, &response)),
@@ -495,6 +507,33 @@ async fn in_flight(config: &Config, id: &RecordKey, fingerprint: Fingerprint) ->
     )
 }
 
+/// [`execute`] on its own task (see the caller for why).
+fn spawn_execute<S, ResBody>(
+    config: Arc<Config>,
+    inner: S,
+    req: Request<Body>,
+    ctx: IdempotencyContext,
+) -> std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<Result<Response<Body>, S::Error>, tokio::task::JoinError>,
+            > + Send,
+    >,
+>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    // Boxed as `dyn Future + Send` so that the caller's future need not re-prove `Send` for
+    // the task's output (a rustc limitation with higher-ranked lifetimes in async fns).
+    Box::pin(tokio::spawn(async move {
+        execute(&config, inner, req, &ctx).await
+    }))
+}
+
 /// Runs the claimed request, then completes or releases its record.
 async fn execute<S, ResBody>(
     config: &Arc<Config>,
@@ -622,9 +661,9 @@ async fn suspend(config: &Config, ctx: &IdempotencyContext) {
 /// handler runs, so a slow but live request is never taken over.
 ///
 /// How it stops: [`Heartbeat::stop`] signals it and waits, so that no renew is in flight when
-/// the record is completed. If the request future is dropped instead (the client went away),
-/// dropping the sender wakes the task, which then ends: no task outlives its request by more
-/// than one renew call.
+/// the record is completed. If the handler's task is dropped instead (the runtime shuts down),
+/// dropping the sender wakes the heartbeat task, which then ends: no heartbeat outlives its
+/// request by more than one renew call.
 struct Heartbeat {
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,

@@ -175,27 +175,31 @@ async fn sleep_until_secs(start: Instant, secs: u64) {
 
 #[tokio::test(start_paused = true)]
 async fn a_crashed_owner_is_taken_over_after_its_lease_and_resumes_at_its_recovery_point() {
-    // Case S1: the owner dies mid-request (its future is dropped: the heartbeat stops with
-    // it). Every retry inside the lease gets 409 with Retry-After; the first retry after the
-    // lease lapses takes over with a new token and the recovery point.
+    // Case S1: the owner's process dies mid-request. Modelled as two "processes" (two layers)
+    // sharing one store: process A's handler hangs after its checkpoint and its heartbeats
+    // never reach the store (a dead process renews nothing); dropping the client's request
+    // would not do it, since the layer runs a claimed handler to completion on its own task.
+    // Every retry (through process B) inside the lease gets 409 with Retry-After; the first
+    // retry after the lease lapses takes over with a new token and the recovery point.
     let mem = paused_store();
-    let layer = IdempotencyLayer::new(Arc::new(mem.clone()));
     let seen: Seen = Arc::default();
-    let app = app(
-        layer,
+    let routes = || {
         recording_routes(seen.clone(), |n, ctx: IdempotencyContext| async move {
             if n == 1 {
                 ctx.checkpoint("charged").await.unwrap();
                 std::future::pending::<()>().await; // the crash happens in here
             }
-        }),
+        })
+    };
+    let dying = app(
+        IdempotencyLayer::new(Arc::new(FaultStore::new(mem.clone(), Fault::NoRenew))),
+        routes(),
     );
+    let app = app(IdempotencyLayer::new(Arc::new(mem.clone())), routes());
     let req = || post_req("/v1/payments", "acct", Some("s1"), BODY);
     let started = Instant::now();
-    let owner = spawn_send(&app, req());
-    sleep(Duration::from_secs(1)).await;
-    owner.abort(); // the process died at t = 1 s; its lease (from its claim at t = 0) ends at 30 s
-    assert!(owner.await.unwrap_err().is_cancelled());
+    let _owner = spawn_send(&dying, req());
+    sleep(Duration::from_secs(1)).await; // the process died at t = 1 s; its lease ends at 30 s
 
     for at in [2, 10, 20, 29] {
         sleep_until_secs(started, at).await;
@@ -502,4 +506,29 @@ async fn wait_mode_stops_waiting_when_the_first_request_releases_its_key() {
     let retry = send(&app, req()).await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_disconnects_does_not_cancel_the_handler() {
+    // The client times out at 1 s while the handler (an outside call, say) needs 5 s: the
+    // handler runs to completion on its own task and its response is stored, so the client's
+    // retry gets it at once instead of waiting out the lease.
+    let mem = paused_store();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = app(
+        IdempotencyLayer::new(Arc::new(mem.clone())),
+        slow_counting_routes(calls.clone(), Duration::from_secs(5)),
+    );
+    let req = || post_req("/v1/payments", "acct", Some("gone"), BODY);
+    let client = spawn_send(&app, req());
+    sleep(Duration::from_secs(1)).await;
+    client.abort();
+    assert!(client.await.unwrap_err().is_cancelled());
+    sleep(Duration::from_secs(5)).await;
+    let rec = mem.get(&id("acct", "gone")).await.unwrap().unwrap();
+    assert_eq!(rec.state_name(), "complete");
+    let retry = send(&app, req()).await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert!(retry.replayed());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
