@@ -507,19 +507,21 @@ async fn in_flight(config: &Config, id: &RecordKey, fingerprint: Fingerprint) ->
     )
 }
 
+/// The handle of a claimed request's task.
+type TaskFuture<E> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<Result<Response<Body>, E>, tokio::task::JoinError>>
+            + Send,
+    >,
+>;
+
 /// [`execute`] on its own task (see the caller for why).
 fn spawn_execute<S, ResBody>(
     config: Arc<Config>,
     inner: S,
     req: Request<Body>,
     ctx: IdempotencyContext,
-) -> std::pin::Pin<
-    Box<
-        dyn std::future::Future<
-                Output = Result<Result<Response<Body>, S::Error>, tokio::task::JoinError>,
-            > + Send,
-    >,
->
+) -> TaskFuture<S::Error>
 where
     S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send + 'static,
