@@ -144,6 +144,19 @@ fn unique_keys_first_executions_then_duplicates_replay() {
 }
 
 #[test]
+fn the_baseline_without_the_layer_serves_requests_without_keys() {
+    let baseline = serve(&["--idempotency", "off"]);
+    let (ok, r) = bench(
+        &format!("{}/v1/orders", baseline.url),
+        &["--requests", "20", "--concurrency", "2", "--keys", "none"],
+    );
+    assert!(ok, "{r}");
+    assert_eq!(r["status"]["201"].as_u64(), Some(20), "{r}");
+    assert_eq!(status_sum(&r), 20, "{r}");
+    assert_eq!(n(&r, "replayed"), 0, "{r}");
+}
+
+#[test]
 fn keys_none_is_rejected_by_the_layer() {
     let with_layer = serve(&[]);
     let (ok, r) = bench(
