@@ -14,6 +14,8 @@ fn human(d: Duration) -> String {
     } else if s.is_multiple_of(3600) {
         let h = s / 3600;
         format!("{h} hour{} ({s} seconds)", if h == 1 { "" } else { "s" })
+    } else if s == 1 {
+        "1 second".to_owned()
     } else {
         format!("{s} seconds")
     }
@@ -146,7 +148,7 @@ pub fn render(policy: &Policy) -> String {
         ),
         (
             ErrorCode::KeyMismatch,
-            "the key was used for a different request (method, path, query or body): a client bug; never retry, use a new key for a new operation".into(),
+            "the key was used for a different request (method, path, query, media type or body; JSON bodies are compared canonically, so key order and whitespace do not matter): a client bug; never retry, use a new key for a new operation".into(),
         ),
         (
             ErrorCode::StoreUnavailable,
@@ -171,6 +173,66 @@ pub fn render(policy: &Policy) -> String {
         ErrorCode::RequestInFlight,
         ErrorCode::KeyMismatch
     );
+    let _ = writeln!(w, "Other errors of this API (problem+json too):\n");
+    let _ = writeln!(
+        w,
+        "| code | status | retryable | meaning and what to do |\n|---|---|---|---|"
+    );
+    for (code, status, retryable, meaning) in [
+        (
+            "invalid_json",
+            400,
+            "no",
+            "the body is not the expected JSON object: nothing ran; fix it and retry with the same key",
+        ),
+        (
+            "validation_failed",
+            422,
+            "no",
+            "a field is invalid (listed in `errors`): nothing ran; fix it and retry with the same key",
+        ),
+        (
+            "unsupported_media_type",
+            415,
+            "no",
+            "send `Content-Type: application/json`",
+        ),
+        (
+            "unauthenticated",
+            401,
+            "no",
+            "send `Authorization: Bearer <account>`",
+        ),
+        (
+            "idempotency_scope_missing",
+            401,
+            "no",
+            "the server could not tell who is calling, so it cannot scope the key",
+        ),
+        (
+            "idempotency_request_too_large",
+            413,
+            "no",
+            "the body is over the limit above",
+        ),
+        (
+            "upstream_unavailable",
+            503,
+            "yes",
+            "an outside system (the card processor, the mailer) failed part-way: the request stopped at its last committed step; retry the same request with the same key and it resumes there, never repeating a step that succeeded",
+        ),
+        (
+            "card_declined",
+            402,
+            "no",
+            "a result, stored and replayed like a success",
+        ),
+        ("not_found", 404, "no", "no such resource for this account"),
+        ("method_not_allowed", 405, "no", "see `Allow`"),
+    ] {
+        let _ = writeln!(w, "| `{code}` | {status} | {retryable} | {meaning} |");
+    }
+    let _ = writeln!(w);
     let _ = writeln!(w, "## Failure policy (what is stored and replayed)\n");
     let _ = writeln!(
         w,

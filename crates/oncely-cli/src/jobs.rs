@@ -1,6 +1,6 @@
 //! `oncely reap`, `oncely complete` and the in-process completer of `oncely serve`.
 
-use crate::serve::{StoreUrl, open};
+use crate::serve::{StoreUrl, open_store};
 use anyhow::Result;
 use async_trait::async_trait;
 use oncely_core::jobs::{Completer, Redrive, RedriveError, complete_abandoned, reap_all};
@@ -77,14 +77,9 @@ pub fn spawn_completer(
 
 /// `oncely reap`.
 pub async fn reap(store: &StoreUrl, batch: usize) -> Result<bool> {
-    let opened = open(store, None).await?;
+    let store = open_store(store).await?;
     let started = std::time::Instant::now();
-    let report = reap_all(
-        &*opened.store,
-        batch.max(1),
-        oncely_core::jobs::DEFAULT_REAP_PAUSE,
-    )
-    .await?;
+    let report = reap_all(&*store, batch.max(1), oncely_core::jobs::DEFAULT_REAP_PAUSE).await?;
     println!(
         "reaped {} records past retention ({} of them abandoned in flight) in {:.2} s, batches of {}",
         report.deleted,
@@ -102,9 +97,9 @@ pub async fn complete(
     grace: Duration,
     limit: usize,
 ) -> Result<bool> {
-    let opened = open(store, None).await?;
+    let store = open_store(store).await?;
     let redrive = HttpRedrive::new(server_url)?;
-    let report = complete_abandoned(&*opened.store, &redrive, grace, limit).await;
+    let report = complete_abandoned(&*store, &redrive, grace, limit).await;
     println!(
         "completer: {} abandoned requests re-driven, {} completed, {} still unfinished",
         report.attempted, report.completed, report.failed

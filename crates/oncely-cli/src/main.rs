@@ -51,12 +51,14 @@ struct PolicyArgs {
 
 impl PolicyArgs {
     fn policy(&self) -> Policy {
-        let lease = Duration::from_millis(self.lease_ms.max(3));
+        let lease = Duration::from_millis(self.lease_ms);
         Policy {
             replay_window: Duration::from_secs(self.replay_window_secs),
             retention: Duration::from_secs(self.retention_secs),
             lease,
-            heartbeat: lease / 3,
+            // At least 1 ms, so that a 1-2 ms lease is refused by validation, not by a zero
+            // heartbeat.
+            heartbeat: (lease / 3).max(Duration::from_millis(1)),
             profile: self.profile,
             in_flight: if self.in_flight_wait_ms == 0 {
                 InFlightBehavior::Reject
@@ -307,7 +309,11 @@ async fn run(cli: Cli) -> Result<bool> {
             .await
         }
         Command::Contract { policy } => {
-            print!("{}", contract::render(&policy.policy()));
+            let policy = policy.policy();
+            policy
+                .validate()
+                .context("this configuration would not start a server")?;
+            print!("{}", contract::render(&policy));
             Ok(true)
         }
         Command::Audit(args) => tools::audit::run(args).await,

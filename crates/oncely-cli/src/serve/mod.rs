@@ -170,6 +170,46 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
     Ok(opened)
 }
 
+/// Opens an existing key store alone (for the jobs): no business tables are created, and a
+/// SQLite path that does not exist is an error rather than a new empty store.
+pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn KeyStore>> {
+    Ok(match url {
+        StoreUrl::Memory => {
+            bail!(
+                "the memory store lives inside one server process; run the job there (oncely serve runs the reaper and the completer in-process)"
+            )
+        }
+        StoreUrl::Sqlite(path) => {
+            if !std::path::Path::new(path).exists() {
+                bail!("no key store at {path}: the file does not exist (check the path)");
+            }
+            Arc::new(
+                oncely_sqlite::SqliteStore::connect(&sqlite_url(path))
+                    .await
+                    .with_context(|| format!("open the SQLite key store at {path}"))?,
+            )
+        }
+        #[cfg(not(feature = "postgres"))]
+        StoreUrl::Postgres(_) => bail!("this oncely was built without the postgres feature"),
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(u) => {
+            let store = oncely_postgres::PostgresStore::connect(u)
+                .await
+                .context("connect to the PostgreSQL key store")?;
+            store
+                .migrate()
+                .await
+                .context("check the key store's tables")?;
+            Arc::new(store)
+        }
+        StoreUrl::Redis(u) => Arc::new(
+            oncely_redis::RedisStore::connect(u)
+                .await
+                .context("connect to the Redis key store")?,
+        ),
+    })
+}
+
 /// The server's shared state.
 #[derive(Clone)]
 pub struct App {
@@ -289,6 +329,24 @@ async fn authenticate(mut req: Request, next: Next) -> Response {
     }
 }
 
+/// Any path that is not a route: a problem, not an empty body.
+async fn no_route(uri: axum::http::Uri) -> Response {
+    not_found(&format!("route {}", uri.path()))
+}
+
+async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let body = json!({
+        "type": "urn:oncely:problem:method_not_allowed", "title": "Method not allowed", "status": 405,
+        "detail": format!("{method} is not allowed on {}", uri.path()), "code": "method_not_allowed", "retryable": false,
+    });
+    let mut resp = (StatusCode::METHOD_NOT_ALLOWED, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    resp
+}
+
 fn not_found(what: &str) -> Response {
     let body = json!({
         "type": "urn:oncely:problem:not_found", "title": "Not found", "status": 404,
@@ -358,17 +416,28 @@ async fn list_orders(State(app): State<App>, Extension(scope): Extension<Scope>)
 async fn key_state(
     State(app): State<App>,
     Extension(scope): Extension<Scope>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Response {
+    let invalid = |detail: String| {
+        payments::not_executed(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_invalid",
+            detail,
+            json!({}),
+        )
+    };
+    let Ok(Path(key)) = key else {
+        return invalid("the key in the path is not valid UTF-8 (keys are visible ASCII)".into());
+    };
     let key = match IdempotencyKey::new(&key) {
         Ok(k) => k,
         Err(e) => {
-            return payments::not_executed(
-                StatusCode::BAD_REQUEST,
-                "idempotency_key_invalid",
-                e.to_string(),
-                json!({}),
-            );
+            let detail = e
+                .to_string()
+                .replace("the Idempotency-Key header is", "the key is");
+            return invalid(format!(
+                "{detail} (a key is 1 to 255 visible ASCII characters)"
+            ));
         }
     };
     let window = oncely_core::clock::duration_millis(app.inner.policy.replay_window);
@@ -464,6 +533,8 @@ pub fn router(app: App, layer: Option<IdempotencyLayer>) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/healthz", get(|| async { "ok" }))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
         .layer(middleware::from_fn(authenticate))
         .with_state(app)
 }

@@ -37,7 +37,13 @@ pub fn not_executed(
 ) -> Response {
     let mut body = json!({
         "type": format!("urn:oncely:problem:{code}"),
-        "title": match status.as_u16() { 400 => "Malformed request", 422 => "Invalid request", 409 => "Conflict", _ => "Service unavailable" },
+        "title": match status.as_u16() {
+            400 => "Malformed request",
+            409 => "Conflict",
+            415 => "Unsupported media type",
+            422 => "Invalid request",
+            _ => "Service unavailable",
+        },
         "status": status.as_u16(),
         "detail": detail.into(),
         "code": code,
@@ -71,11 +77,12 @@ fn failure(e: anyhow::Error) -> Response {
             json!({}),
         )
     } else {
-        tracing::warn!(error = %e, "request suspended at its recovery point; a retry resumes it");
+        // The full error (addresses, driver messages) goes to the log, not to the client.
+        tracing::warn!(error = %format!("{e:#}"), "request suspended at its recovery point; a retry resumes it");
         not_executed(
             StatusCode::SERVICE_UNAVAILABLE,
             "upstream_unavailable",
-            format!("a dependency failed: {e:#}; retry with the same Idempotency-Key to resume"),
+            "a system this request depends on failed part-way; the request stopped at its last completed step: retry it with the same Idempotency-Key to resume there",
             json!({}),
         )
     };
@@ -112,6 +119,32 @@ struct ValidPayment {
     description: Option<String>,
 }
 
+/// Write bodies are JSON: anything else is refused before any effect (`415`).
+#[allow(clippy::result_large_err)]
+fn require_json(headers: &HeaderMap) -> Result<(), Response> {
+    let essence = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| oncely_core::fingerprint::media_type_essence(v.as_bytes()))
+        .unwrap_or_default();
+    if oncely_core::fingerprint::is_json_media_type(&essence) {
+        Ok(())
+    } else {
+        Err(not_executed(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "send the body as JSON with Content-Type: application/json (got {:?})",
+                if essence.is_empty() {
+                    "none"
+                } else {
+                    essence.as_str()
+                }
+            ),
+            json!({}),
+        ))
+    }
+}
+
 // axum's idiom: the rejection is the response itself.
 #[allow(clippy::result_large_err)]
 fn parse_json<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
@@ -138,9 +171,17 @@ fn invalid(errors: Vec<Value>) -> Response {
 fn validate_payment(body: &Bytes) -> Result<ValidPayment, Response> {
     let req: PaymentRequest = parse_json(body)?;
     let mut errors = Vec::new();
+    // An integer; 1999.0 and 1.999e3 are the same JSON number (and the same fingerprint), so
+    // they are accepted as 1999 too.
     let amount = req
         .amount
         .as_i64()
+        .or_else(|| {
+            req.amount
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                .map(|f| f as i64)
+        })
         .filter(|a| *a > 0 && *a <= 99_999_999_999);
     if amount.is_none() {
         errors.push(json!({"field": "amount", "detail": "an integer number of minor units, 1 to 99999999999"}));
@@ -279,7 +320,7 @@ pub async fn create_payment(
     ctx: Option<IdempotencyContext>,
     body: Bytes,
 ) -> Response {
-    let req = match validate_payment(&body) {
+    let req = match require_json(&headers).and_then(|()| validate_payment(&body)) {
         Ok(r) => r,
         Err(resp) => return resp,
     };
@@ -451,6 +492,9 @@ pub async fn create_order(
     body: Bytes,
 ) -> Response {
     let ctx = Caller::new(&scope, &headers, ctx);
+    if let Err(resp) = require_json(&headers) {
+        return resp;
+    }
     let req: OrderRequest = match parse_json(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -464,7 +508,15 @@ pub async fn create_order(
         let sku = item["sku"]
             .as_str()
             .filter(|s| !s.is_empty() && s.len() <= 64);
-        let qty = item["quantity"].as_i64().filter(|q| *q > 0 && *q <= 10_000);
+        let qty = item["quantity"]
+            .as_i64()
+            .or_else(|| {
+                item["quantity"]
+                    .as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e6)
+                    .map(|f| f as i64)
+            })
+            .filter(|q| *q > 0 && *q <= 10_000);
         let only_known = item
             .as_object()
             .is_some_and(|o| o.keys().all(|k| k == "sku" || k == "quantity"));
