@@ -320,7 +320,10 @@ pub async fn create_payment(
     ctx: Option<IdempotencyContext>,
     body: Bytes,
 ) -> Response {
-    let req = match require_json(&headers).and_then(|()| validate_payment(&body)) {
+    if let Err(resp) = require_json(&headers) {
+        return resp;
+    }
+    let req = match validate_payment(&body) {
         Ok(r) => r,
         Err(resp) => return resp,
     };
