@@ -201,9 +201,10 @@ async fn main() -> ExitCode {
     // The gates print their own progress and table; retries they provoke on purpose are
     // logged only when RUST_LOG asks for them.
     init_tracing(match cli.command {
-        Command::Gates { .. } | Command::Audit(_) | Command::Bench(_) | Command::Simulate(_) => {
-            "warn"
-        }
+        // The retries and budget refusals the gates provoke on purpose are not news.
+        Command::Gates { .. } => "warn,oncely_client=error,oncely_tower=error",
+        Command::Audit(_) | Command::Bench(_) | Command::Simulate(_) => "warn",
+        Command::Reap { .. } | Command::Complete { .. } => "warn,oncely=info",
         _ => "info",
     });
     match run(cli).await {

@@ -86,6 +86,8 @@ struct Env {
     http: reqwest::Client,
     instances: usize,
     progress: ProgressBar,
+    /// `--json`: nothing but the JSON document.
+    quiet: bool,
 }
 
 impl Env {
@@ -144,7 +146,12 @@ impl Env {
     }
 
     fn step(&self, msg: impl Into<String>) {
-        self.progress.set_message(msg.into());
+        let msg = msg.into();
+        // Not a terminal (CI, a pipe): the spinner is hidden, so say each step on its own line.
+        if self.progress.is_hidden() && !self.quiet {
+            eprintln!("oncely gates: {msg}");
+        }
+        self.progress.set_message(msg);
         self.progress.tick();
     }
 }
@@ -324,12 +331,13 @@ async fn concurrency_gate(env: &Env, n: usize) -> Result<GateResult> {
         name: "concurrency".into(),
         passed,
         summary: format!(
-            "{n} concurrent requests, one key, {} server(s): {} payment, {} charge, {} receipt; {} x 201 (identical: {identical}), {in_flight} x 409 in flight, {} other",
+            "{n} concurrent requests, one key, {} server(s): {} payment, {} charge, {} receipt; {} x 201 (the original and {} replays, byte-identical: {identical}), {in_flight} x 409 in flight, {} other",
             env.instances,
             payments.len(),
             charge.1,
             email.1,
             created.len(),
+            created.len().saturating_sub(1),
             other.len()
         ),
         details: json!({
@@ -578,10 +586,11 @@ async fn fleet_gate(env: &Env, clients: usize, calls: usize) -> Result<GateResul
         name: "fleet".into(),
         passed,
         summary: format!(
-            "{total} logical payments by {clients} SDK clients through {} dropped responses, {} injected 503s and a killed server: {duplicates} duplicate side effects, {} payments, {first_try_ok} succeeded within the SDK's own retries",
+            "{total} logical payments by {clients} SDK clients through {} dropped responses, {} injected 503s and a killed server: {duplicates} duplicate side effects, {} payments; {first_try_ok} finished within the SDK's own retries, the other {} stopped when the fleet-wide retry budget ran dry (as designed during an outage) and one later retry with the same key finished each",
             stats.dropped.load(Ordering::Relaxed),
             stats.unavailable.load(Ordering::Relaxed),
-            payments.len()
+            payments.len(),
+            total - first_try_ok
         ),
         details: json!({
             "logical_calls": total, "duplicate_side_effects": duplicates, "payments": payments.len(),
@@ -590,7 +599,13 @@ async fn fleet_gate(env: &Env, clients: usize, calls: usize) -> Result<GateResul
             "injected_503": stats.unavailable.load(Ordering::Relaxed),
             "upstream_down_502": stats.upstream_down.load(Ordering::Relaxed),
             "forwarded": stats.forwarded.load(Ordering::Relaxed),
-            "sdk_metrics": format!("{m:?}"),
+            "sdk_metrics": {
+                "calls": m.calls, "attempts": m.attempts, "retries": m.retries,
+                "retry_after_waits": m.retry_after_waits, "keys_minted": m.keys_minted,
+                "budget_exhausted": m.budget_exhausted, "deadline_exhausted": m.deadline_exhausted,
+                "attempts_exhausted": m.attempts_exhausted, "outcome_unknown": m.outcome_unknown,
+                "gave_up": m.gave_up,
+            },
         }),
     })
 }
@@ -642,6 +657,7 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
             .build()?,
         instances,
         progress: progress.clone(),
+        quiet: cfg.json,
     };
     let started = Instant::now();
     let mut results = Vec::new();
@@ -664,12 +680,17 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
         });
         r.details["seconds"] = json!(t.elapsed().as_secs_f64());
         if !cfg.json {
-            progress.println(format!(
+            let line = format!(
                 "{} {}: {}",
                 if r.passed { "PASS" } else { "FAIL" },
                 r.name,
                 r.summary
-            ));
+            );
+            if progress.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                progress.println(line);
+            }
         }
         results.push(r);
     }
