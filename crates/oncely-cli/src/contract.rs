@@ -228,7 +228,18 @@ pub fn render(policy: &Policy) -> String {
             "a result, stored and replayed like a success",
         ),
         ("not_found", 404, "no", "no such resource for this account"),
-        ("method_not_allowed", 405, "no", "see `Allow`"),
+        (
+            "method_not_allowed",
+            405,
+            "no",
+            "the route does not take this method",
+        ),
+        (
+            "unavailable",
+            503,
+            "yes",
+            "a read could not reach the database: retry later",
+        ),
     ] {
         let _ = writeln!(w, "| `{code}` | {status} | {retryable} | {meaning} |");
     }

@@ -1,43 +1,14 @@
 //! `oncely bench` against a real `oncely serve --store memory` child process on loopback.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
-/// A running `oncely serve` child process, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
+mod common;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oncely"))
-        .args(["serve", "--store", "memory", "--addr", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start oncely serve");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("oncely printed its address")
-            .expect("utf-8");
-        if let Some(u) = line.strip_prefix("oncely: listening on ") {
-            break u.trim().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
+fn serve(extra: &[&str]) -> common::Server {
+    let mut args = vec!["serve", "--store", "memory"];
+    args.extend_from_slice(extra);
+    common::start(&args)
 }
 
 /// Runs `oncely bench --json` with `args` and returns (exit success, the JSON record).

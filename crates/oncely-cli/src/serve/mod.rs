@@ -308,18 +308,12 @@ async fn authenticate(mut req: Request, next: Next) -> Response {
             next.run(req).await
         }
         None if req.uri().path().starts_with("/v1/") => {
-            let body = json!({
-                "type": "urn:oncely:problem:unauthenticated",
-                "title": "Authentication required",
-                "status": 401,
-                "detail": "send Authorization: Bearer <account>",
-                "code": "unauthenticated",
-                "retryable": false,
-            });
-            let mut resp = (StatusCode::UNAUTHORIZED, body.to_string()).into_response();
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/problem+json"),
+            let mut resp = problem(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "Authentication required",
+                "send Authorization: Bearer <account>".into(),
+                false,
             );
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -335,38 +329,68 @@ async fn no_route(uri: axum::http::Uri) -> Response {
 }
 
 async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    let body = json!({
-        "type": "urn:oncely:problem:method_not_allowed", "title": "Method not allowed", "status": 405,
-        "detail": format!("{method} is not allowed on {}", uri.path()), "code": "method_not_allowed", "retryable": false,
-    });
-    let mut resp = (StatusCode::METHOD_NOT_ALLOWED, body.to_string()).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    resp
+    let detail = format!("{method} is not allowed on {}", uri.path());
+    problem(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "Method not allowed",
+        detail,
+        false,
+    )
 }
 
 fn not_found(what: &str) -> Response {
-    let body = json!({
-        "type": "urn:oncely:problem:not_found", "title": "Not found", "status": 404,
-        "detail": format!("no such {what} for this account"), "code": "not_found", "retryable": false,
-    });
-    let mut resp = (StatusCode::NOT_FOUND, body.to_string()).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    resp
+    let detail = format!("no such {what} for this account");
+    problem(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "Not found",
+        detail,
+        false,
+    )
 }
 
 fn internal(e: anyhow::Error) -> Response {
-    tracing::error!(error = %e, "request failed");
-    let body = json!({
-        "type": "urn:oncely:problem:internal", "title": "Internal error", "status": 503,
-        "detail": format!("{e:#}"), "code": "unavailable", "retryable": true,
+    // The error (addresses, driver messages) goes to the log, not to the client.
+    tracing::error!(error = %format!("{e:#}"), "request failed");
+    let detail = "the service's database could not answer; retry later".to_owned();
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "Service unavailable",
+        detail,
+        true,
+    )
+}
+
+/// An RFC 9457 problem+json response of this API (`type` is `urn:oncely:problem:<code>`).
+pub fn problem(
+    status: StatusCode,
+    code: &str,
+    title: &str,
+    detail: String,
+    retryable: bool,
+) -> Response {
+    problem_with(status, code, title, detail, retryable, json!({}))
+}
+
+/// [`problem`] with extension members (RFC 9457 section 3.2), e.g. the invalid fields.
+pub fn problem_with(
+    status: StatusCode,
+    code: &str,
+    title: &str,
+    detail: String,
+    retryable: bool,
+    extra: Value,
+) -> Response {
+    let mut body = json!({
+        "type": format!("urn:oncely:problem:{code}"), "title": title, "status": status.as_u16(),
+        "detail": detail, "code": code, "retryable": retryable,
     });
-    let mut resp = (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
+    if let (Some(obj), Value::Object(more)) = (body.as_object_mut(), extra) {
+        obj.extend(more);
+    }
+    let mut resp = (status, body.to_string()).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),

@@ -35,29 +35,16 @@ pub fn not_executed(
     detail: impl Into<String>,
     extra: Value,
 ) -> Response {
-    let mut body = json!({
-        "type": format!("urn:oncely:problem:{code}"),
-        "title": match status.as_u16() {
-            400 => "Malformed request",
-            409 => "Conflict",
-            415 => "Unsupported media type",
-            422 => "Invalid request",
-            _ => "Service unavailable",
-        },
-        "status": status.as_u16(),
-        "detail": detail.into(),
-        "code": code,
-        "retryable": status.is_server_error() || status == StatusCode::CONFLICT,
-    });
-    if let (Some(obj), Value::Object(more)) = (body.as_object_mut(), extra) {
-        obj.extend(more);
-    }
-    let mut resp = (status, body.to_string()).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    if status.is_server_error() || status == StatusCode::CONFLICT {
+    let title = match status.as_u16() {
+        400 => "Malformed request",
+        409 => "Conflict",
+        415 => "Unsupported media type",
+        422 => "Invalid request",
+        _ => "Service unavailable",
+    };
+    let retryable = status.is_server_error() || status == StatusCode::CONFLICT;
+    let mut resp = super::problem_with(status, code, title, detail.into(), retryable, extra);
+    if retryable {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
