@@ -627,6 +627,8 @@ mod tests {
             .checkpoint(&a, ca.token, "charge_created", LEASE)
             .await
             .unwrap();
+        // One second apart, so "oldest lease first" has one right answer.
+        clock.advance(Duration::from_secs(1));
         let b = fresh_id();
         assert!(matches!(
             store.claim(claim_req(&b, r#"{"n":2}"#)).await.unwrap(),

@@ -217,11 +217,17 @@ impl KeyStore for MemoryStore {
             })
             .cloned()
             .collect();
-        out.sort_by_key(|r| match r.state {
-            RecordState::InFlight {
-                lease_expires_at, ..
-            } => lease_expires_at,
-            _ => 0,
+        // Oldest lease first; ties in (scope, key) order, so the listing is deterministic.
+        out.sort_by(|x, y| {
+            let lease = |r: &Record| match r.state {
+                RecordState::InFlight {
+                    lease_expires_at, ..
+                } => lease_expires_at,
+                _ => 0,
+            };
+            lease(x)
+                .cmp(&lease(y))
+                .then_with(|| (&x.scope, &x.key).cmp(&(&y.scope, &y.key)))
         });
         out.truncate(limit);
         Ok(out)
