@@ -19,7 +19,19 @@ pub struct HttpRedrive {
 
 impl HttpRedrive {
     /// Re-drives through the server at `base` (`http://host:port`).
+    ///
+    /// # Errors
+    ///
+    /// `base` is not an `http://` URL with a host.
     pub fn new(base: &str) -> Result<Self> {
+        let url = reqwest::Url::parse(base).map_err(|e| {
+            anyhow::anyhow!("--server-url {base:?} is not a URL ({e}); expected http://HOST:PORT")
+        })?;
+        if url.scheme() != "http" || url.host_str().is_none() {
+            anyhow::bail!(
+                "--server-url {base:?}: expected http://HOST:PORT (https is not built in)"
+            );
+        }
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             http: reqwest::Client::builder()
@@ -97,8 +109,8 @@ pub async fn complete(
     grace: Duration,
     limit: usize,
 ) -> Result<bool> {
-    let store = open_store(store).await?;
     let redrive = HttpRedrive::new(server_url)?;
+    let store = open_store(store).await?;
     let report = complete_abandoned(&*store, &redrive, grace, limit).await;
     println!(
         "completer: {} abandoned requests re-driven, {} completed, {} still unfinished",

@@ -189,9 +189,12 @@ enum Command {
 fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    use std::io::IsTerminal as _;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, never into a log file.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 
@@ -211,10 +214,45 @@ async fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("oncely: error: {e:#}");
+            eprintln!("oncely: error: {}", explain(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its causes in one line, each cause said once: drivers repeat their source in
+/// their own message, and sqlx adds the line of its own source file ("at line 948").
+fn explain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = match text.find(" at line ") {
+            Some(i)
+                if text[i + 9..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .count()
+                    > 0 =>
+            {
+                let end = i
+                    + 9
+                    + text[i + 9..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .count();
+                format!("{}{}", &text[..i], &text[end..])
+            }
+            _ => text,
+        };
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 async fn listen(addr: SocketAddr) -> Result<(tokio::net::TcpListener, String)> {

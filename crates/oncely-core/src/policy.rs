@@ -113,6 +113,13 @@ pub enum PolicyError {
     /// A zero lease would make every claim immediately abandoned.
     #[error("the lease must be at least 1 millisecond")]
     ZeroLease,
+    /// A replay window under 1 second replays (almost) nothing: every retry would run again.
+    #[error("the replay window ({0:?}) must be at least 1 second")]
+    ReplayWindowTooShort(Duration),
+    /// A wait longer than 60 seconds outlasts any sane client timeout: the duplicate's client
+    /// gives up before the answer comes.
+    #[error("the in-flight wait ({0:?}) must be at most 60 seconds (use the default 409 instead)")]
+    WaitTooLong(Duration),
     /// A heartbeat not shorter than the lease lets a live owner lose its claim.
     #[error("the heartbeat ({heartbeat:?}) must be shorter than the lease ({lease:?})")]
     HeartbeatNotShorterThanLease {
@@ -138,6 +145,14 @@ impl Policy {
         }
         if self.lease < Duration::from_millis(1) {
             return Err(PolicyError::ZeroLease);
+        }
+        if self.replay_window < Duration::from_secs(1) {
+            return Err(PolicyError::ReplayWindowTooShort(self.replay_window));
+        }
+        if let InFlightBehavior::Wait { max, .. } = self.in_flight
+            && max > Duration::from_secs(60)
+        {
+            return Err(PolicyError::WaitTooLong(max));
         }
         if self.heartbeat >= self.lease || self.heartbeat.is_zero() {
             return Err(PolicyError::HeartbeatNotShorterThanLease {
@@ -177,6 +192,23 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(p.validate(), Err(PolicyError::ZeroLease));
+        let p = Policy {
+            replay_window: Duration::ZERO,
+            retention: Duration::ZERO,
+            ..Policy::default()
+        };
+        assert!(matches!(
+            p.validate(),
+            Err(PolicyError::ReplayWindowTooShort(_))
+        ));
+        let p = Policy {
+            in_flight: InFlightBehavior::Wait {
+                max: Duration::from_secs(61),
+                poll: Duration::from_millis(50),
+            },
+            ..Policy::default()
+        };
+        assert!(matches!(p.validate(), Err(PolicyError::WaitTooLong(_))));
         let p = Policy {
             heartbeat: Duration::from_secs(30),
             ..Policy::default()

@@ -432,7 +432,7 @@ fn mismatch(config: &Config) -> Response<Body> {
     code_response(
         ErrorCode::KeyMismatch,
         config.policy.profile,
-        "this Idempotency-Key was already used for a different request (method, path, query or body); use a new key for a new request",
+        "this Idempotency-Key was already used for a different request (method, path, query, media type or body); use a new key for a new request",
         config.policy.retry_after_secs,
     )
 }

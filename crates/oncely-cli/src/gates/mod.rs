@@ -629,6 +629,15 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
     {
         bail!("unknown gate {bad:?}: expected concurrency, crash or fleet");
     }
+    if cfg.concurrency == 0 {
+        bail!("-n must be at least 1 (it is the number of concurrent identical requests)");
+    }
+    if matches!(store, StoreUrl::Postgres(_) | StoreUrl::Redis(_)) {
+        // A store that cannot be reached is a setup error (exit 2), not a failed gate.
+        crate::serve::open_store(&store)
+            .await
+            .with_context(|| format!("the key store {store} cannot be used"))?;
+    }
     if store == StoreUrl::Memory {
         bail!(
             "the gates restart servers, so they need a store that outlives a process: use a file path, postgres://… or redis://…"

@@ -325,7 +325,17 @@ async fn authenticate(mut req: Request, next: Next) -> Response {
 
 /// Any path that is not a route: a problem, not an empty body.
 async fn no_route(uri: axum::http::Uri) -> Response {
-    not_found(&format!("route {}", uri.path()))
+    let detail = format!(
+        "{} is not a route of this API (see /openapi.json)",
+        uri.path()
+    );
+    problem(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "Not found",
+        detail,
+        false,
+    )
 }
 
 async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {

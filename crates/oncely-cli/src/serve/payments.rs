@@ -92,8 +92,11 @@ pub fn derived_key_for(scope: &str, payment_id: &str, step: &str) -> String {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PaymentRequest {
+    #[serde(default)]
     amount: Value,
+    #[serde(default)]
     currency: Value,
+    #[serde(default)]
     source: Value,
     #[serde(default)]
     description: Option<Value>,
@@ -109,6 +112,19 @@ struct ValidPayment {
 /// Write bodies are JSON: anything else is refused before any effect (`415`).
 #[allow(clippy::result_large_err)]
 fn require_json(headers: &HeaderMap) -> Result<(), Response> {
+    if let Some(enc) = headers.get(header::CONTENT_ENCODING)
+        && enc.as_bytes() != b"identity"
+    {
+        return Err(not_executed(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "Content-Encoding {:?} is not accepted: send the JSON body uncompressed",
+                String::from_utf8_lossy(enc.as_bytes())
+            ),
+            json!({}),
+        ));
+    }
     let essence = headers
         .get(header::CONTENT_TYPE)
         .map(|v| oncely_core::fingerprint::media_type_essence(v.as_bytes()))
@@ -136,12 +152,18 @@ fn require_json(headers: &HeaderMap) -> Result<(), Response> {
 #[allow(clippy::result_large_err)]
 fn parse_json<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
     serde_json::from_slice(body).map_err(|e| {
-        not_executed(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            format!("the body is not the expected JSON object: {e}"),
-            json!({}),
-        )
+        // serde's message names Rust types ("struct PaymentRequest"): say it in the API's terms.
+        let detail = if e.is_syntax() || e.is_eof() {
+            format!("the body is not valid JSON ({e})")
+        } else if e.to_string().starts_with("unknown field") {
+            let field = e.to_string();
+            let name = field.split('`').nth(1).unwrap_or("?").to_owned();
+            format!("the body has a field this endpoint does not take: {name:?}")
+        } else {
+            "the body must be a JSON object with the documented fields (see /openapi.json)"
+                .to_owned()
+        };
+        not_executed(StatusCode::BAD_REQUEST, "invalid_json", detail, json!({}))
     })
 }
 

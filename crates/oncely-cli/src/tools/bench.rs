@@ -639,7 +639,18 @@ pub async fn run(args: Args) -> Result<bool> {
         .filter(|(k, _)| k.starts_with('5'))
         .map(|(_, v)| v)
         .sum();
-    Ok(report.errors.is_empty() && server_errors == 0)
+    let successes: u64 = report
+        .status
+        .iter()
+        .filter(|(k, _)| k.starts_with('2'))
+        .map(|(_, v)| v)
+        .sum();
+    if successes == 0 {
+        eprintln!(
+            "oncely bench: no request succeeded (no 2xx answer): the figures above measure errors, not the endpoint; check --url, --auth, --body and --keys"
+        );
+    }
+    Ok(report.errors.is_empty() && server_errors == 0 && successes > 0)
 }
 
 #[cfg(test)]

@@ -189,7 +189,7 @@ pub(crate) async fn concurrency(p: &Prober, n: usize) -> Concurrency {
     let mut detail = format!("1 execution from {n} identical requests with one key: {summary}.");
     if all_identical {
         detail.push_str(
-            " Every request got the same response: the server waits for the first and replays it.",
+            " Every request got the same response: either the requests did not overlap (each later one got the stored replay) or the server waits for the first and replays it.",
         );
     }
     if throttled > 0 {
