@@ -30,8 +30,8 @@
 //! # The promise
 //!
 //! Effectively-once, not exactly-once: a request's side effects run once per `(scope, key)`
-//! inside the replay window, and retries replay the stored response. Nothing over a network can
-//! promise exactly-once execution; see [`oncely_core`].
+//! inside the replay window, and retries replay the stored response. Nothing over a network
+//! can promise (and Oncely does not promise) exactly-once execution; see [`oncely_core`].
 
 mod error;
 mod phase;
