@@ -177,11 +177,13 @@ impl PostgresStore {
     /// Begins a database transaction that carries one atomic phase of the request owned by
     /// `token`; see [`Phase`].
     ///
-    /// First the lease is renewed to now plus `lease` in its own committed statement, so other
-    /// instances see a live lease while the phase runs. Then the transaction opens with the
-    /// conditional fencing write (the same renewal, `WHERE scope, key AND token = $token AND
-    /// state = 'in_flight'`), which takes the row's write lock for the whole transaction: a
-    /// takeover cannot interleave with the phase; it waits for it (bounded by `lock_timeout`).
+    /// The transaction opens with the conditional fencing write (a lease renewal to now plus
+    /// `lease`, `WHERE scope, key AND token = $token AND state = 'in_flight'`), which takes the
+    /// row's write lock for the whole transaction: a takeover cannot interleave with the phase;
+    /// it waits for it (bounded by `lock_timeout`). The renewal commits with the phase, so no
+    /// extra commit is paid per phase; other instances meanwhile see the lease as last committed
+    /// (at the claim, the last checkpoint or heartbeat), which is why a phase must stay shorter
+    /// than the lease: phases hold database work only, never an outside call.
     ///
     /// # Errors
     ///
@@ -193,7 +195,6 @@ impl PostgresStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<Phase, StoreError> {
-        self.renew(id, token, lease).await?;
         Phase::begin(self.pool.clone(), self.clock.clone(), id, token, lease).await
     }
 

@@ -45,6 +45,10 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS oncely_orders_by_scope ON oncely_orders (scope, created_at)",
 ];
 
+/// Serializes concurrent business-schema migrations (PostgreSQL; released at commit).
+#[cfg(feature = "postgres")]
+const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(7461621001)";
+
 const INSERT_PAYMENT: &str = "INSERT INTO oncely_payments
     (id, scope, idempotency_key, amount, currency, source, description, status, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
@@ -150,17 +154,27 @@ enum Target<'a> {
 }
 
 impl Db {
-    /// Creates the business tables if missing.
+    /// Creates the business tables if missing. Safe when several servers start at once: on
+    /// PostgreSQL, concurrent `CREATE TABLE IF NOT EXISTS` can still collide, so the statements
+    /// run in one transaction under an advisory lock.
     pub async fn migrate(&self) -> Result<()> {
+        #[cfg(feature = "postgres")]
+        if let Db::Postgres(p) = self {
+            let mut tx = p.begin().await?;
+            sqlx::query(MIGRATION_LOCK).execute(&mut *tx).await?;
+            for stmt in SCHEMA {
+                sqlx::query(*stmt).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            return Ok(());
+        }
         for stmt in SCHEMA {
             match self {
                 Db::Sqlite(p) => {
                     sqlx::query(*stmt).execute(p).await?;
                 }
                 #[cfg(feature = "postgres")]
-                Db::Postgres(p) => {
-                    sqlx::query(*stmt).execute(p).await?;
-                }
+                Db::Postgres(_) => unreachable!("migrated above"),
             }
         }
         Ok(())
