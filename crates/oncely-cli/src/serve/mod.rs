@@ -349,6 +349,15 @@ async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> Response
     )
 }
 
+/// A read by id: the resource, a `404 not_found` problem, or a `503 unavailable` problem.
+fn found<T: serde::Serialize>(read: Result<Option<T>>, what: &str) -> Response {
+    match read {
+        Ok(Some(v)) => Json(v).into_response(),
+        Ok(None) => not_found(what),
+        Err(e) => internal(e),
+    }
+}
+
 fn not_found(what: &str) -> Response {
     let detail = format!("no such {what} for this account");
     problem(
@@ -420,11 +429,7 @@ async fn get_payment(
     Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Response {
-    match app.db().payment_by_id(scope.as_str(), &id).await {
-        Ok(Some(p)) => Json(p).into_response(),
-        Ok(None) => not_found("payment"),
-        Err(e) => internal(e),
-    }
+    found(app.db().payment_by_id(scope.as_str(), &id).await, "payment")
 }
 
 async fn get_order(
@@ -432,11 +437,7 @@ async fn get_order(
     Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Response {
-    match app.db().order_by_id(scope.as_str(), &id).await {
-        Ok(Some(o)) => Json(o).into_response(),
-        Ok(None) => not_found("order"),
-        Err(e) => internal(e),
-    }
+    found(app.db().order_by_id(scope.as_str(), &id).await, "order")
 }
 
 async fn list_orders(State(app): State<App>, Extension(scope): Extension<Scope>) -> Response {

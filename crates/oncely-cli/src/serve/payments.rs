@@ -347,8 +347,14 @@ async fn run_payment(app: &App, ctx: &Caller, req: &ValidPayment) -> Result<Resp
     let scope = ctx.scope.as_str();
     let key = ctx.key.as_str();
     let (step, id) = parse_recovery_point(ctx.recovery_point());
-    let id = id.unwrap_or_else(|| format!("pay_{}", uuid::Uuid::now_v7().simple()));
-    let existing = app.db().payment_by_id(scope, &id).await?;
+    // Only a resumed request has a row to find: a fresh id costs no read.
+    let (id, existing) = match id {
+        Some(id) => {
+            let existing = app.db().payment_by_id(scope, &id).await?;
+            (id, existing)
+        }
+        None => (format!("pay_{}", uuid::Uuid::now_v7().simple()), None),
+    };
 
     // Phase 1: record the payment. The intent (its id) is recorded with it, so a retry
     // after a crash resumes with the same payment, never a second one.
@@ -543,10 +549,10 @@ pub async fn create_order(
     let result: Result<Response> = async {
         // A resumed request (its first attempt died before the response was stored) keeps the
         // order id it recorded as its intent.
-        let id = match ctx
+        let resumed = ctx
             .recovery_point()
-            .and_then(|rp| rp.strip_prefix("order_recorded:"))
-        {
+            .and_then(|rp| rp.strip_prefix("order_recorded:"));
+        let id = match resumed {
             Some(id) => id.to_owned(),
             None => format!("ord_{}", uuid::Uuid::now_v7().simple()),
         };
@@ -556,8 +562,13 @@ pub async fn create_order(
         phase
             .insert_order(&id, &ctx.scope, &ctx.key, &items.to_string(), created_at)
             .await?;
-        // The row as committed (a resumed request finds the one its first attempt wrote).
-        let order = match phase.order(&ctx.scope, &id).await? {
+        // A resumed request answers with the row its first attempt wrote; a fresh one knows its
+        // row already (no read on the hot path).
+        let existing = match resumed {
+            Some(_) => phase.order(&ctx.scope, &id).await?,
+            None => None,
+        };
+        let order = match existing {
             Some(existing) => serde_json::to_value(existing)?,
             None => json!({"id": id, "items": items, "created_at": created_at}),
         };
