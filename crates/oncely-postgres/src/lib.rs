@@ -34,6 +34,7 @@ mod error;
 mod phase;
 mod sql;
 mod store;
+mod within;
 
 pub use phase::Phase;
 pub use store::PostgresStore;

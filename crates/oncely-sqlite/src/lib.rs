@@ -38,6 +38,7 @@ mod phase;
 mod row;
 mod sql;
 mod store;
+mod within;
 
 pub use phase::Phase;
 pub use store::{

@@ -12,7 +12,8 @@ use oncely_core::{
     UnixMillis, decide,
 };
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 use std::str::FromStr;
 use std::sync::Arc;
@@ -292,7 +293,7 @@ impl SqliteStore {
     }
 
     /// Answers from a plain read when [`decide`] needs no write; `None` when it would claim.
-    async fn answer_from_snapshot(
+    pub(crate) async fn answer_from_snapshot(
         &self,
         req: &ClaimRequest,
     ) -> Result<Option<ClaimOutcome>, StoreError> {
@@ -318,6 +319,22 @@ impl SqliteStore {
             .begin_with(sql::BEGIN_IMMEDIATE)
             .await
             .map_err(map_sqlx)?;
+        let outcome = self.claim_round_in(&mut tx, req).await?;
+        if matches!(outcome, Some(ClaimOutcome::Claimed(_))) {
+            tx.commit().await.map_err(map_sqlx)?;
+        }
+        // Otherwise nothing was written; dropping `tx` rolls the empty transaction back.
+        Ok(outcome)
+    }
+
+    /// One round of the claim on `conn`, which must hold SQLite's write lock (inside `BEGIN
+    /// IMMEDIATE`): insert first (the primary key arbitrates), else read, [`decide`] and write
+    /// conditionally. Commits nothing.
+    pub(crate) async fn claim_round_in(
+        &self,
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
         // "now" is read after the lock is held, so the decision uses the time it takes effect.
         let now = self.clock.now_millis();
         let lease_expires_at = now.saturating_add(lease_millis(req.lease));
@@ -340,12 +357,11 @@ impl SqliteStore {
             .bind(now)
             .bind(expires_at)
             .bind(request.as_deref())
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await
             .map_err(map_sqlx)?
             .rows_affected();
         if inserted == 1 {
-            tx.commit().await.map_err(map_sqlx)?;
             return Ok(Some(ClaimOutcome::Claimed(Claim {
                 token: first,
                 lease_expires_at,
@@ -358,7 +374,7 @@ impl SqliteStore {
         let Some(row) = sqlx::query(sql::SELECT_ONE)
             .bind(scope)
             .bind(key)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(map_sqlx)?
         else {
@@ -366,7 +382,6 @@ impl SqliteStore {
         };
         let existing = decode_record(&row)?;
         match decide(Some(&existing), req, now) {
-            // Nothing to write; dropping `tx` rolls the empty transaction back.
             Decision::Answer(answer) => Ok(Some(answer)),
             Decision::Claim {
                 token,
@@ -398,14 +413,13 @@ impl SqliteStore {
                     .bind(scope)
                     .bind(key)
                     .bind(existing.token.0)
-                    .execute(&mut *tx)
+                    .execute(&mut *conn)
                     .await
                     .map_err(map_sqlx)?
                     .rows_affected();
                 if updated != 1 {
                     return Ok(None);
                 }
-                tx.commit().await.map_err(map_sqlx)?;
                 Ok(Some(ClaimOutcome::Claimed(Claim {
                     token,
                     lease_expires_at,
@@ -416,21 +430,8 @@ impl SqliteStore {
         }
     }
 
-    /// Runs one conditional owner write; zero rows is [`StoreError::Fenced`].
-    async fn owner_write(
-        &self,
-        query: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
-    ) -> Result<(), StoreError> {
-        let rows = query
-            .execute(&self.pool)
-            .await
-            .map_err(map_sqlx)?
-            .rows_affected();
-        if rows == 1 {
-            Ok(())
-        } else {
-            Err(StoreError::Fenced)
-        }
+    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
+        self.pool.acquire().await.map_err(map_sqlx)
     }
 }
 
@@ -456,16 +457,8 @@ impl KeyStore for SqliteStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<UnixMillis, StoreError> {
-        let until = self.clock.now_millis().saturating_add(lease_millis(lease));
-        self.owner_write(
-            sqlx::query(sql::RENEW)
-                .bind(until)
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .bind(token.0),
-        )
-        .await?;
-        Ok(until)
+        self.renew_in(&mut *self.conn().await?, id, token, lease)
+            .await
     }
 
     async fn checkpoint(
@@ -475,16 +468,8 @@ impl KeyStore for SqliteStore {
         recovery_point: &str,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        let until = self.clock.now_millis().saturating_add(lease_millis(lease));
-        self.owner_write(
-            sqlx::query(sql::CHECKPOINT)
-                .bind(recovery_point)
-                .bind(until)
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .bind(token.0),
-        )
-        .await
+        self.checkpoint_in(&mut *self.conn().await?, id, token, recovery_point, lease)
+            .await
     }
 
     async fn complete(
@@ -494,31 +479,12 @@ impl KeyStore for SqliteStore {
         response: StoredResponse,
         retention: Duration,
     ) -> Result<(), StoreError> {
-        let now = self.clock.now_millis();
-        let headers = response.encode_headers();
-        self.owner_write(
-            sqlx::query(sql::COMPLETE)
-                .bind(i64::from(response.status))
-                .bind(headers)
-                .bind(response.body)
-                .bind(i64::from(response.body_retained))
-                .bind(now)
-                .bind(now.saturating_add(duration_millis(retention)))
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .bind(token.0),
-        )
-        .await
+        self.complete_in(&mut *self.conn().await?, id, token, &response, retention)
+            .await
     }
 
     async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        self.owner_write(
-            sqlx::query(sql::RELEASE)
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .bind(token.0),
-        )
-        .await
+        self.release_in(&mut *self.conn().await?, id, token).await
     }
 
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {

@@ -90,6 +90,31 @@ pub fn stored_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> 
     }
 }
 
+/// Reads `response`'s body up to `limit` bytes and returns the response to send (every byte,
+/// trailer and error of the original, see [`Captured`]'s rules in the [module docs](self)) and
+/// the [`StoredResponse`] to store for it: the status and filtered headers of what is sent, and
+/// the body when it fit (else `body_retained: false`, never a partial body).
+///
+/// This is what the layer stores for a claimed request, and what a transactional handler
+/// stores when it completes its record in its own transaction, so the two cannot differ.
+pub async fn capture_response(
+    response: Response<Body>,
+    limit: usize,
+) -> (Response<Body>, StoredResponse) {
+    let (parts, body) = response.into_parts();
+    let captured = capture(body, limit).await;
+    let stored = match &captured {
+        Captured::Complete { data, .. } => stored_response(parts.status, &parts.headers, data),
+        Captured::Overflow { .. } | Captured::Failed { .. } => StoredResponse {
+            status: parts.status.as_u16(),
+            headers: filter_headers(&parts.headers),
+            body: Vec::new(),
+            body_retained: false,
+        },
+    };
+    (Response::from_parts(parts, captured.into_body()), stored)
+}
+
 /// The headers of `headers` that are stored, as `(lower-case name, value)` pairs in order.
 pub(crate) fn filter_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
     // Headers the `Connection` header nominates are hop-by-hop too (RFC 9110 section 7.6.1).

@@ -52,6 +52,9 @@ pub struct IdempotencyContext {
     pub retention: Duration,
     /// The store holding the record (for transactional handlers that complete it themselves).
     pub store: Arc<dyn KeyStore>,
+    /// Where a claim made by a transactional [`Claimer`](crate::Claimer) stands; `None` for
+    /// a claim committed at once (the default).
+    pub progress: Option<Arc<dyn crate::ClaimProgress>>,
 }
 
 impl fmt::Debug for IdempotencyContext {

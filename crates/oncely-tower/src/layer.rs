@@ -1,5 +1,6 @@
 //! [`IdempotencyLayer`]: the builder and [`tower::Layer`] of the idempotency middleware.
 
+use crate::claimer::{Claimer, StoreClaimer};
 use crate::config::{DefaultKeyRule, ExtensionScope, KeyRule, ScopeExtractor};
 use crate::metrics::Metrics;
 use crate::service::Idempotency;
@@ -24,6 +25,7 @@ pub const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization"
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) store: Arc<dyn KeyStore>,
+    pub(crate) claimer: Arc<dyn Claimer>,
     pub(crate) policy: Policy,
     pub(crate) scope: Arc<dyn ScopeExtractor>,
     pub(crate) fingerprinter: Arc<dyn Fingerprinter>,
@@ -82,6 +84,7 @@ impl IdempotencyLayer {
     pub fn new(store: Arc<dyn KeyStore>) -> Self {
         Self {
             config: Config {
+                claimer: Arc::new(StoreClaimer(Arc::clone(&store))),
                 store,
                 policy: Policy::default(),
                 scope: Arc::new(ExtensionScope),
@@ -119,6 +122,14 @@ impl IdempotencyLayer {
         policy.validate()?;
         self.config.policy = policy;
         Ok(self)
+    }
+
+    /// Replaces how claims are made (default [`StoreClaimer`]: one [`KeyStore::claim`] call,
+    /// committed at once). A transactional claimer (the `oncely-sqlx` crate) claims inside the
+    /// handler's own database transaction; its store must be the one this layer was made with.
+    pub fn with_claimer(mut self, claimer: impl Claimer) -> Self {
+        self.config.claimer = Arc::new(claimer);
+        self
     }
 
     /// Replaces how the caller's scope is found (default [`ExtensionScope`]).

@@ -89,6 +89,7 @@
 //! provided the handler's effects happen inside the handler (see `oncely_core`).
 
 pub mod capture;
+pub mod claimer;
 mod config;
 pub mod context;
 mod future;
@@ -97,7 +98,8 @@ mod metrics;
 mod problem;
 mod service;
 
-pub use capture::{DENIED_RESPONSE_HEADERS, stored_response};
+pub use capture::{DENIED_RESPONSE_HEADERS, capture_response, stored_response};
+pub use claimer::{ClaimProgress, Claimer, StoreClaimer};
 pub use config::{DefaultKeyRule, ExtensionScope, KeyRequirement, KeyRule, ScopeExtractor};
 #[cfg(feature = "axum")]
 pub use context::MissingIdempotencyContext;

@@ -29,13 +29,14 @@
 //! completion that fails because the store is down is logged at error level; the key stays in
 //! flight until its lease lapses, and a retry after that takes it over.
 
-use crate::capture::{Captured, capture, filter_headers, replay_response};
+use crate::capture::{capture_response, replay_response};
+use crate::claimer::ClaimProgress;
 use crate::context::{HandlerOutcome, IdempotencyContext};
 use crate::future::ResponseFuture;
 use crate::layer::Config;
 use crate::metrics::Counter;
 use crate::problem::{code_response, custom_problem, problem_response};
-use crate::{Body, BoxError, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, stored_response};
+use crate::{Body, BoxError, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use bytes::{Buf, Bytes};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Request, Response, Uri};
@@ -294,13 +295,14 @@ where
         retention: policy.retention,
         request: Some(stored_request),
     };
-    let outcome = match timed(&config, config.store.claim(claim)).await {
+    let outcome = match timed(&config, config.claimer.claim(claim, &mut parts.extensions)).await {
         Ok(o) => o,
         Err(e) => {
             tracing::warn!(scope = %id.scope, key = %id.key, error = %e, "idempotency claim failed; failing closed with 503");
             return Ok(unavailable(&config));
         }
     };
+    let (outcome, progress) = outcome;
     match outcome {
         ClaimOutcome::Claimed(claim) => {
             config.metrics.inc(Counter::claims);
@@ -316,6 +318,7 @@ where
                 lease: policy.lease,
                 retention: policy.retention,
                 store: Arc::clone(&config.store),
+                progress,
             };
             parts.extensions.insert(ctx.clone());
             let req = Request::from_parts(parts, full_body(body));
@@ -549,7 +552,7 @@ where
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let heartbeat = Heartbeat::start(config, ctx.id.clone(), ctx.token);
+    let heartbeat = Heartbeat::start(config, ctx.id.clone(), ctx.token, ctx.progress.clone());
     let res = match call_boxed(&mut inner, req).await {
         Ok(r) => r,
         Err(e) => {
@@ -564,6 +567,11 @@ where
     let (parts, body) = res.into_parts();
     let body = box_body(body);
     let status = parts.status;
+    if let Some(progress) = &ctx.progress {
+        heartbeat.stop().await;
+        transactional_end(config, ctx, progress.as_ref(), status).await;
+        return Ok(Response::from_parts(parts, body));
+    }
     match parts.extensions.get::<HandlerOutcome>() {
         Some(HandlerOutcome::AlreadyStored) => {
             heartbeat.stop().await;
@@ -586,21 +594,16 @@ where
         }
         None => {}
     }
-    let captured = capture(body, config.policy.max_response_bytes).await;
+    let (res, stored) = capture_response(
+        Response::from_parts(parts, body),
+        config.policy.max_response_bytes,
+    )
+    .await;
     // Stop renewing before completing: a renew racing the completion would be fenced.
     heartbeat.stop().await;
-    let stored = match &captured {
-        Captured::Complete { data, .. } => stored_response(status, &parts.headers, data),
-        Captured::Overflow { .. } | Captured::Failed { .. } => {
-            config.metrics.inc(Counter::not_retained);
-            StoredResponse {
-                status: status.as_u16(),
-                headers: filter_headers(&parts.headers),
-                body: Vec::new(),
-                body_retained: false,
-            }
-        }
-    };
+    if !stored.body_retained {
+        config.metrics.inc(Counter::not_retained);
+    }
     match timed(
         config,
         config
@@ -618,7 +621,34 @@ where
             tracing::error!(scope = %ctx.id.scope, key = %ctx.id.key, token = ctx.token.0, error = %e, "could not store the response of an executed request; the key stays in flight until its lease lapses, then a retry takes it over");
         }
     }
-    Ok(Response::from_parts(parts, captured.into_body()))
+    Ok(res)
+}
+
+/// After a handler whose claim a transactional [`Claimer`](crate::Claimer) made: the record is
+/// the transaction's business, so the layer stores nothing; it only makes sure a committed
+/// claim that no transaction completed does not stay locked (see [`ClaimProgress`]).
+async fn transactional_end(
+    config: &Config,
+    ctx: &IdempotencyContext,
+    progress: &dyn ClaimProgress,
+    status: http::StatusCode,
+) {
+    if progress.completed() {
+        return;
+    }
+    if !progress.committed() {
+        // The claim rode in the handler's transaction, which did not commit: the rollback
+        // undid the claim with the writes, and the key is free again.
+        if status.is_success() {
+            tracing::error!(scope = %ctx.id.scope, key = %ctx.id.key, %status, "the handler answered success without committing its idempotent transaction: its writes were rolled back and nothing was stored");
+        }
+        return;
+    }
+    if progress.recovery_point().is_some() {
+        suspend(config, ctx).await;
+    } else {
+        release(config, ctx).await;
+    }
 }
 
 /// Releases the claim (nothing executed, or a status the store policy does not keep).
@@ -672,7 +702,12 @@ struct Heartbeat {
 }
 
 impl Heartbeat {
-    fn start(config: &Arc<Config>, id: RecordKey, token: FencingToken) -> Self {
+    fn start(
+        config: &Arc<Config>,
+        id: RecordKey,
+        token: FencingToken,
+        progress: Option<Arc<dyn ClaimProgress>>,
+    ) -> Self {
         let (stop, mut stopped) = oneshot::channel::<()>();
         let config = Arc::clone(config);
         let task = tokio::spawn(async move {
@@ -682,6 +717,16 @@ impl Heartbeat {
                     biased;
                     _ = &mut stopped => return,
                     () = tokio::time::sleep(every) => {}
+                }
+                if let Some(p) = &progress {
+                    if p.completed() {
+                        return;
+                    }
+                    // Nothing committed to renew, or a phase holds the record's lock (the
+                    // renewal would wait for it; the phase renews the lease itself).
+                    if !p.committed() || p.phase_open() {
+                        continue;
+                    }
                 }
                 match timed(&config, config.store.renew(&id, token, config.policy.lease)).await {
                     Ok(_) => {}

@@ -1,0 +1,312 @@
+//! The key store's operations on a connection the caller holds, so that they run inside the
+//! caller's own transaction: the claim, the fencing write, the recovery point and the stored
+//! response then commit (or roll back) together with the business writes. This is what
+//! `oncely-sqlx`'s transactional handlers are built on.
+//!
+//! None of these functions commits, and none retries: inside a transaction a failed statement
+//! aborts the whole transaction, so a serialization failure is returned (as
+//! [`StoreError::Unavailable`]) for the caller to run the transaction again.
+
+use crate::error::map;
+use crate::sql;
+use crate::store::{PostgresStore, complete_query, record_from_row};
+use oncely_core::clock::duration_millis;
+use oncely_core::store::lease_millis;
+use oncely_core::{
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, RecordState,
+    StoreError, StoredRequest, StoredResponse, UnixMillis, decide,
+};
+use sqlx::postgres::{PgConnection, PgQueryResult};
+use std::time::Duration;
+
+/// `55P03 lock_not_available`: a statement waited longer than `lock_timeout` for a lock.
+fn is_lock_timeout(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
+}
+
+fn fenced_unless_written(result: PgQueryResult) -> Result<(), StoreError> {
+    if result.rows_affected() == 0 {
+        Err(StoreError::Fenced)
+    } else {
+        Ok(())
+    }
+}
+
+impl PostgresStore {
+    /// Begins a transaction for a claim or a phase (`BEGIN`, at the server's default isolation,
+    /// `READ COMMITTED` unless configured otherwise).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when no connection could be had or the database failed.
+    pub async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        self.pool().begin().await.map_err(map)
+    }
+
+    /// Always `None`: on PostgreSQL a claim is decided inside its transaction
+    /// ([`PostgresStore::claim_in`] inserts first), because a read before it would cost every
+    /// first execution a round trip.
+    ///
+    /// # Errors
+    ///
+    /// None today; the signature matches the SQLite store's.
+    pub async fn answer_before_claim(
+        &self,
+        _req: &ClaimRequest,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        Ok(None)
+    }
+
+    /// Claims `(scope, key)` on `conn` by the shared rule ([`oncely_core::decide`]), without
+    /// committing, for a claim that rides inside the caller's transaction.
+    ///
+    /// The insert comes first (`INSERT ... ON CONFLICT (scope, key) DO NOTHING RETURNING`): for
+    /// a new key that is the whole claim, one statement. While the caller's transaction is
+    /// open, its uncommitted row holds the key: a concurrent claim of the same key through
+    /// `claim_in` waits for it in its own insert, then finds the committed record (and
+    /// replays it) or, if this transaction rolled back, inserts and executes. The wait is
+    /// bounded by the connection's `lock_timeout` ([`PostgresStore::DEFAULT_LOCK_TIMEOUT`], 5
+    /// seconds, on connections made by [`PostgresStore::connect`]); when it runs out the answer
+    /// is [`ClaimOutcome::InFlight`] (and the caller's transaction is aborted: roll it back).
+    ///
+    /// For an existing record the claim reads it, [`decide`]s, and for a takeover or a claim
+    /// anew writes it with the same guarded `UPDATE` as [`KeyStore::claim`]
+    /// (oncely_core::KeyStore::claim), which takes the row lock until the caller's transaction
+    /// ends.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the database fails (the caller's transaction is then
+    /// aborted); [`StoreError::Corrupt`] when the record cannot be decoded.
+    pub async fn claim_in(
+        &self,
+        conn: &mut PgConnection,
+        req: &ClaimRequest,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let request = req.request.as_ref().map(StoredRequest::encode);
+        for _ in 0..Self::MAX_CLAIM_ROUNDS {
+            match self.claim_round_in(conn, req, request.as_deref()).await {
+                Ok(Some(outcome)) => return Ok(outcome),
+                Ok(None) => {}
+                Err(e) if is_lock_timeout(&e) => {
+                    // The key is held by an open transaction longer than we may wait: to
+                    // the client that is "in flight" (409 with Retry-After), never a 5xx.
+                    return Ok(ClaimOutcome::InFlight {
+                        lease_expires_at: self.clock().now_millis(),
+                    });
+                }
+                Err(e) => return Err(map(e)),
+            }
+        }
+        Err(StoreError::Unavailable(
+            format!(
+                "claim of {}/{} lost {} races in a row",
+                req.id.scope,
+                req.id.key,
+                Self::MAX_CLAIM_ROUNDS
+            )
+            .into(),
+        ))
+    }
+
+    async fn claim_round_in(
+        &self,
+        conn: &mut PgConnection,
+        req: &ClaimRequest,
+        request: Option<&[u8]>,
+    ) -> Result<Option<ClaimOutcome>, sqlx::Error> {
+        let now = self.clock().now_millis();
+        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
+        let expires_at = now.saturating_add(duration_millis(req.retention));
+        let inserted = sqlx::query(sql::INSERT_CLAIM)
+            .bind(req.id.scope.as_str())
+            .bind(req.id.key.as_str())
+            .bind(i32::from(req.fingerprint.version()))
+            .bind(&req.fingerprint.digest()[..])
+            .bind(lease_expires_at)
+            .bind(request)
+            .bind(now)
+            .bind(expires_at)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if inserted.is_some() {
+            return Ok(Some(ClaimOutcome::Claimed(Claim {
+                token: FencingToken(1),
+                lease_expires_at,
+                recovery_point: None,
+                kind: ClaimKind::New,
+            })));
+        }
+        // The record exists (the normal path, case S11). Under READ COMMITTED this statement
+        // sees the latest committed version, including one committed while the insert waited.
+        let Some(row) = sqlx::query(sql::SELECT_RECORD)
+            .bind(req.id.scope.as_str())
+            .bind(req.id.key.as_str())
+            .fetch_optional(&mut *conn)
+            .await?
+        else {
+            // Deleted (reaped) in between: insert again.
+            return Ok(None);
+        };
+        let existing = record_from_row(&row).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+        let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
+            Decision::Answer(answer) => return Ok(Some(answer)),
+            Decision::Claim {
+                token,
+                kind,
+                recovery_point,
+            } => (token, kind, recovery_point),
+        };
+        let (old_lease, old_completed) = match &existing.state {
+            RecordState::InFlight {
+                lease_expires_at, ..
+            } => (Some(*lease_expires_at), None),
+            RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
+            RecordState::Released => (None, None),
+        };
+        let guarded = |q: &'static str| {
+            sqlx::query(q)
+                .bind(req.id.scope.as_str())
+                .bind(req.id.key.as_str())
+                .bind(existing.token.0)
+                .bind(existing.state_name())
+                .bind(old_lease)
+                .bind(old_completed)
+                .bind(existing.recovery_point())
+                .bind(token.0)
+        };
+        let updated = if kind == ClaimKind::Takeover {
+            guarded(sql::CLAIM_TAKEOVER)
+                .bind(lease_expires_at)
+                .bind(request)
+                .bind(expires_at)
+                .execute(&mut *conn)
+                .await?
+        } else {
+            guarded(sql::CLAIM_ANEW)
+                .bind(i32::from(req.fingerprint.version()))
+                .bind(&req.fingerprint.digest()[..])
+                .bind(lease_expires_at)
+                .bind(request)
+                .bind(now)
+                .bind(expires_at)
+                .execute(&mut *conn)
+                .await?
+        };
+        if updated.rows_affected() == 0 {
+            return Ok(None);
+        }
+        Ok(Some(ClaimOutcome::Claimed(Claim {
+            token,
+            lease_expires_at,
+            recovery_point,
+            kind,
+        })))
+    }
+
+    /// The fencing write on `conn`: renews the lease to now plus `lease` (never less than 1
+    /// millisecond) if the record is still in flight with `token`, taking the record's row lock
+    /// until the caller's transaction ends (a takeover then waits for it). Returns the new lease
+    /// expiry (epoch milliseconds).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] when `token` is stale or the record is no longer in flight
+    /// (nothing was written); [`StoreError::Unavailable`] when the database fails.
+    pub async fn renew_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<UnixMillis, StoreError> {
+        let until = self
+            .clock()
+            .now_millis()
+            .saturating_add(lease_millis(lease));
+        let result = sqlx::query(sql::RENEW)
+            .bind(id.scope.as_str())
+            .bind(id.key.as_str())
+            .bind(token.0)
+            .bind(until)
+            .execute(conn)
+            .await
+            .map_err(map)?;
+        fenced_unless_written(result).map(|()| until)
+    }
+
+    /// Records `recovery_point` on `conn` and renews the lease to now plus `lease`, if the
+    /// record is still in flight with `token`.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStore::renew_in`].
+    pub async fn checkpoint_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let until = self
+            .clock()
+            .now_millis()
+            .saturating_add(lease_millis(lease));
+        let result = sqlx::query(sql::CHECKPOINT)
+            .bind(id.scope.as_str())
+            .bind(id.key.as_str())
+            .bind(token.0)
+            .bind(recovery_point)
+            .bind(until)
+            .execute(conn)
+            .await
+            .map_err(map)?;
+        fenced_unless_written(result)
+    }
+
+    /// Stores the final response on `conn` (state complete, kept for `retention` from now), if
+    /// the record is still in flight with `token`.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStore::renew_in`].
+    pub async fn complete_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &RecordKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.clock().now_millis();
+        let headers = response.encode_headers();
+        let result = complete_query(id, token, response, &headers, now, retention)
+            .execute(conn)
+            .await
+            .map_err(map)?;
+        fenced_unless_written(result)
+    }
+
+    /// Releases the claim on `conn` (the key behaves as absent again), if the record is still
+    /// in flight with `token`.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStore::renew_in`].
+    pub async fn release_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &RecordKey,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let result = sqlx::query(sql::RELEASE)
+            .bind(id.scope.as_str())
+            .bind(id.key.as_str())
+            .bind(token.0)
+            .execute(conn)
+            .await
+            .map_err(map)?;
+        fenced_unless_written(result)
+    }
+}

@@ -1,0 +1,86 @@
+//! [`TransactionalClaimer`]: claims inside the handler's own transaction.
+
+use crate::store::SqlStore;
+use crate::tx::{Shared, State, TxSlot};
+use async_trait::async_trait;
+use oncely_core::{ClaimOutcome, ClaimRequest, StoreError};
+use oncely_tower::{ClaimProgress, Claimer};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// The [`Claimer`] of [`layer`](crate::layer): opens the handler's transaction and claims
+/// inside it, so the claim commits with the handler's first phase (for a single-phase handler:
+/// claim, business writes and stored response in one commit).
+///
+/// # What a duplicate sees
+///
+/// - While the first request's transaction is open, its uncommitted claim holds the key: a
+///   concurrent duplicate **waits** for it (PostgreSQL: on the key's unique-index entry, bounded
+///   by the connection's `lock_timeout`, 5 seconds with `PostgresStore::connect`; SQLite: for the
+///   write lock, bounded by the busy timeout, 5 seconds), then replays the committed response,
+///   or executes if the first rolled back. Past the bound it gets `409
+///   idempotency_request_in_flight` with `Retry-After` (PostgreSQL) or `503` (SQLite).
+/// - Once a multi-step request committed its first phase, a duplicate gets the layer's usual
+///   in-flight answer while it runs.
+/// - A replay or a mismatch never enters the handler and never leaves a write behind (on SQLite
+///   it is answered from a read that takes no lock).
+pub struct TransactionalClaimer<S: SqlStore> {
+    store: S,
+    max_response_bytes: usize,
+}
+
+impl<S: SqlStore> TransactionalClaimer<S> {
+    /// A claimer over `store`, storing response bodies up to `max_response_bytes` (the
+    /// policy's limit: use [`layer`](crate::layer), which keeps the two in step).
+    pub fn new(store: S, max_response_bytes: usize) -> Self {
+        Self {
+            store,
+            max_response_bytes,
+        }
+    }
+}
+
+impl<S: SqlStore> fmt::Debug for TransactionalClaimer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransactionalClaimer")
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
+    async fn claim(
+        &self,
+        req: ClaimRequest,
+        extensions: &mut http::Extensions,
+    ) -> Result<(ClaimOutcome, Option<Arc<dyn ClaimProgress>>), StoreError> {
+        if let Some(answer) = self.store.answer_without_lock(&req).await? {
+            return Ok((answer, None));
+        }
+        let mut tx = self.store.begin().await?;
+        let outcome = self.store.claim_in(&mut tx, &req).await?;
+        let ClaimOutcome::Claimed(claim) = &outcome else {
+            // Nothing was written: dropping `tx` rolls the empty transaction back.
+            return Ok((outcome, None));
+        };
+        let shared = Arc::new(Shared {
+            store: self.store.clone(),
+            id: req.id.clone(),
+            token: claim.token,
+            kind: claim.kind,
+            lease: req.lease,
+            retention: req.retention,
+            max_response_bytes: self.max_response_bytes,
+            state: Mutex::new(State {
+                committed: false,
+                phase_open: true,
+                completed: false,
+                recovery_point: claim.recovery_point.clone(),
+            }),
+            first: Mutex::new(Some(tx)),
+        });
+        extensions.insert(TxSlot(Arc::clone(&shared)));
+        Ok((outcome, Some(shared)))
+    }
+}

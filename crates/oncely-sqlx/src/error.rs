@@ -1,0 +1,191 @@
+//! [`TxError`]: why a transactional handler's phase could not go on, and the answer it renders.
+
+use axum::response::{IntoResponse, Response};
+use oncely_core::{Problem, StoreError};
+
+/// Why a transactional phase failed. `#[non_exhaustive]`; render it with
+/// [`IntoResponse`] (a handler can return `Result<Response, TxError>` and use `?` on its own
+/// sqlx statements).
+///
+/// | variant | answer | what happened to the request |
+/// |---|---|---|
+/// | [`TxError::NoTransaction`] | `500 idempotency_layer_missing` | a server misconfiguration: no transactional layer on the route |
+/// | [`TxError::Fenced`] | `409 idempotency_request_in_flight`, `Retry-After` | this request lost its claim (its lease lapsed, another took over); nothing of this phase committed |
+/// | [`TxError::Store`] | `503 idempotency_store_unavailable`, `Retry-After` | the key store failed; nothing of this phase committed |
+/// | [`TxError::Database`], transient | `503 database_unavailable`, `Retry-After` | a connection, lock or serialization failure; the phase rolled back, a retry with the same key runs it again |
+/// | [`TxError::Database`], refused | `422 database_refused`, not retryable | the database refused a value for good (a constraint, a value of the wrong shape: SQLSTATE classes 22 and 23, SQLite constraint errors); retrying the same request cannot succeed |
+/// | [`TxError::Database`], other | `500 database_error`, not retryable | |
+/// | [`TxError::RecoveryPoint`] | `500 recovery_point_invalid` | a stored recovery point does not decode as the handler's step type |
+///
+/// A phase that fails rolls back: for a single-phase handler that undoes the claim too, so the
+/// key is free and a retry executes afresh. After a committed phase the layer keeps the record
+/// in flight at its recovery point and cuts the lease short, so a retry resumes there.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TxError {
+    /// The request carries no open transaction: the route is not behind
+    /// [`layer`](crate::layer), the request ran without a claim, or [`Tx`](crate::Tx) was
+    /// extracted twice.
+    #[error("no idempotent transaction on this request (is the route behind oncely_sqlx::layer?)")]
+    NoTransaction,
+    /// Another request owns the key now (this request's lease lapsed and it was taken over):
+    /// nothing of this phase committed.
+    #[error("fenced: another request took this idempotency key over")]
+    Fenced,
+    /// The key store failed.
+    #[error("key store: {0}")]
+    Store(#[source] StoreError),
+    /// A database statement or the commit failed.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A recovery point could not be encoded or decoded as the handler's step type.
+    #[error("recovery point: {0}")]
+    RecoveryPoint(#[from] serde_json::Error),
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Fenced => Self::Fenced,
+            other => Self::Store(other),
+        }
+    }
+}
+
+/// How a database error is to be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DbErrorClass {
+    /// Worth retrying: connection, pool, lock, deadlock or serialization failures.
+    Transient,
+    /// The database refused a value or a constraint for good: the same request fails again.
+    Refused,
+    /// Anything else (a bug, a schema problem).
+    Other,
+}
+
+/// Classifies an sqlx error (PostgreSQL SQLSTATE classes, SQLite result codes).
+pub fn classify(e: &sqlx::Error) -> DbErrorClass {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::Tls(_) => DbErrorClass::Transient,
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            if let Ok(n) = code.parse::<i32>() {
+                // SQLite: extended result codes; the primary code is the low byte.
+                return match n & 0xff {
+                    5 | 6 | 10 | 13 => DbErrorClass::Transient, // BUSY, LOCKED, IOERR, FULL
+                    18 | 19 | 20 | 25 => DbErrorClass::Refused, // TOOBIG, CONSTRAINT, MISMATCH, RANGE
+                    _ => DbErrorClass::Other,
+                };
+            }
+            match code.get(..2) {
+                // Connection exceptions, transaction rollbacks (serialization, deadlock),
+                // insufficient resources, operator intervention, lock not available.
+                Some("08" | "40" | "53" | "57") => DbErrorClass::Transient,
+                _ if code == "55P03" => DbErrorClass::Transient,
+                // Data exceptions (a value of the wrong shape: U+0000 in text, out of range)
+                // and integrity constraint violations.
+                Some("22" | "23") => DbErrorClass::Refused,
+                _ => DbErrorClass::Other,
+            }
+        }
+        _ => DbErrorClass::Other,
+    }
+}
+
+fn problem(status: u16, code: &str, title: &str, detail: &str, retryable: bool) -> Problem {
+    Problem {
+        type_uri: format!("urn:oncely:problem:{code}"),
+        title: title.to_owned(),
+        status,
+        detail: detail.to_owned(),
+        code: code.to_owned(),
+        retryable,
+    }
+}
+
+impl IntoResponse for TxError {
+    fn into_response(self) -> Response {
+        use oncely_core::{ErrorCode, StatusProfile};
+        let (p, retry_after) = match &self {
+            TxError::NoTransaction => (
+                problem(
+                    500,
+                    "idempotency_layer_missing",
+                    "Idempotency layer missing",
+                    "this route needs an idempotent transaction, but the request carries none (server misconfiguration)",
+                    false,
+                ),
+                None,
+            ),
+            TxError::Fenced => (
+                Problem::new(
+                    ErrorCode::RequestInFlight,
+                    StatusProfile::Ietf,
+                    "another attempt took this idempotency key over; retry with the same key to get its result",
+                ),
+                Some(1),
+            ),
+            TxError::Store(_) => (
+                Problem::new(
+                    ErrorCode::StoreUnavailable,
+                    StatusProfile::Ietf,
+                    "the idempotency key store failed; nothing of this step committed: retry with the same key",
+                ),
+                Some(1),
+            ),
+            TxError::Database(e) => match classify(e) {
+                DbErrorClass::Transient => (
+                    problem(
+                        503,
+                        "database_unavailable",
+                        "Database unavailable",
+                        "the database failed transiently; nothing of this step committed: retry with the same key",
+                        true,
+                    ),
+                    Some(1),
+                ),
+                DbErrorClass::Refused => (
+                    problem(
+                        422,
+                        "database_refused",
+                        "Request refused by the database",
+                        "the database refused a value of this request (a constraint or a value it cannot store); nothing was committed, and the same request cannot succeed",
+                        false,
+                    ),
+                    None,
+                ),
+                DbErrorClass::Other => (
+                    problem(
+                        500,
+                        "database_error",
+                        "Database error",
+                        "the request failed in the database; nothing was committed",
+                        false,
+                    ),
+                    None,
+                ),
+            },
+            TxError::RecoveryPoint(_) => (
+                problem(
+                    500,
+                    "recovery_point_invalid",
+                    "Recovery point invalid",
+                    "the stored progress of this request cannot be read by this version of the server",
+                    false,
+                ),
+                None,
+            ),
+        };
+        // The full error (driver messages, addresses) goes to the log, never to the client.
+        tracing::warn!(error = %self, code = %p.code, "transactional phase failed");
+        oncely_tower::problem_response(&p, retry_after)
+            .map(axum::body::Body::new)
+            .into_response()
+    }
+}

@@ -1,0 +1,131 @@
+//! # oncely-sqlx
+//!
+//! Transactional idempotency for axum + sqlx handlers: the claim of the request's
+//! `Idempotency-Key`, the handler's business writes and the stored response commit as **one**
+//! database transaction, on PostgreSQL and SQLite with the same code.
+//!
+//! ```no_run
+//! use axum::{Json, Router, http::StatusCode, routing::post};
+//! use oncely_sqlx::{Tx, TxError};
+//! use oncely_sqlite::SqliteStore;
+//!
+//! // The claim is already in `tx`; the order row and the response commit with it.
+//! async fn create_order(mut tx: Tx<SqliteStore>, Json(order): Json<serde_json::Value>)
+//!     -> Result<axum::response::Response, TxError> {
+//!     sqlx::query("INSERT INTO orders (body) VALUES (?1)")
+//!         .bind(order.to_string())
+//!         .execute(&mut *tx)
+//!         .await?;
+//!     tx.commit((StatusCode::CREATED, Json(order))).await
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = SqliteStore::connect("sqlite://app.db").await?;
+//! store.migrate().await?;
+//! let app: Router = Router::new()
+//!     .route("/v1/orders", post(create_order))
+//!     .layer(oncely_sqlx::layer(store, oncely_core::Policy::default()));
+//! // Your authentication layer, outside this one, puts the caller's `oncely_core::Scope`
+//! // into the request extensions (see `oncely_tower::ExtensionScope`).
+//! # let _ = app; Ok(()) }
+//! ```
+//!
+//! With PostgreSQL, write `Tx<PostgresStore>` and `$1` placeholders; nothing else changes.
+//!
+//! # Guarantees
+//!
+//! - **One commit for a single-phase handler.** The claim is an `INSERT` inside the handler's
+//!   transaction; [`Tx::commit`] stores the response in the same transaction. A crash before
+//!   the commit undoes the claim with the writes (a retry executes afresh); a crash after it
+//!   leaves a record that replays (case S8).
+//! - **What is stored is what is sent.** [`Tx::commit`] takes the handler's actual response
+//!   (`impl IntoResponse`), captures it exactly as it goes out, and returns it.
+//! - **A concurrent duplicate waits, then replays** (bounded; see [`TransactionalClaimer`]):
+//!   for this kind of handler "in flight" is a short wait, not a `409`, unless the bound is
+//!   reached. It never runs the handler while the first is undecided (case S5).
+//! - **Replays never enter the handler** and never open a write transaction on SQLite.
+//! - **A failed phase rolls back** ([`TxError`] renders the answer). A single-phase handler's
+//!   error thus leaves the key free (DESIGN: a transactional `5xx` is not stored).
+//!
+//! # Multi-step requests
+//!
+//! A request that calls a system outside the database (a card processor, an e-mail provider)
+//! is split into phases at each outside call, with typed steps:
+//!
+//! ```no_run
+//! # use oncely_sqlx::{Tx, TxError};
+//! # use oncely_sqlite::SqliteStore;
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! enum Step { Recorded { payment: String }, Charged { payment: String, charge: String } }
+//!
+//! async fn pay(mut tx: Tx<SqliteStore>) -> Result<axum::response::Response, TxError> {
+//!     let payment = match tx.resume_from::<Step>()? {
+//!         Some(Step::Recorded { payment } | Step::Charged { payment, .. }) => payment,
+//!         None => {
+//!             let id = "pay_1".to_owned(); // mint it once: the step carries it from here on
+//!             sqlx::query("INSERT INTO payments (id) VALUES (?1)").bind(&id).execute(&mut *tx).await?;
+//!             id
+//!         }
+//!     };
+//!     // The claim, the payment row and the intent commit together, before the outside call.
+//!     let between = tx.checkpoint(&Step::Recorded { payment: payment.clone() }).await?;
+//!     let _key = oncely_sqlx::derived_key(between.id(), &payment, "charge"); // the processor's key
+//!     // ... charge the card with `_key` ...
+//!     let tx = between.begin().await?;
+//!     tx.commit((axum::http::StatusCode::CREATED, payment)).await
+//! }
+//! ```
+//!
+//! A crash at any point resumes, on the client's retry or through the completer, at the last
+//! committed step; the outside call carries a key derived from ours, so even a repeated call
+//! is collapsed by the outside system. Between phases the layer's heartbeat renews the lease.
+
+mod claimer;
+mod error;
+mod store;
+mod tx;
+
+pub use claimer::TransactionalClaimer;
+pub use error::{DbErrorClass, TxError, classify};
+pub use store::SqlStore;
+pub use tx::{Between, Tx};
+
+use oncely_core::{Policy, RecordKey};
+use oncely_tower::IdempotencyLayer;
+use std::sync::Arc;
+
+/// The idempotency layer for transactional handlers on `store`: an
+/// [`IdempotencyLayer`] with `policy` (see its builder for the scope, key rule and other plug
+/// points) whose claims are made inside the handler's transaction by a
+/// [`TransactionalClaimer`]. Every handler of a keyed route behind it takes a [`Tx`].
+///
+/// The store's table must exist (`store.migrate()`), and the business tables live in the same
+/// database.
+///
+/// # Panics
+///
+/// When `policy` is invalid (see [`Policy::validate`]).
+pub fn layer<S: SqlStore>(store: S, policy: Policy) -> IdempotencyLayer {
+    let claimer = TransactionalClaimer::new(store.clone(), policy.max_response_bytes);
+    IdempotencyLayer::new(Arc::new(store))
+        .with_policy(policy)
+        .with_claimer(claimer)
+}
+
+/// A stable idempotency key for an outside call made by a multi-step request: derived from the
+/// request's scope and key, an id the request minted (for example the payment's, carried by
+/// its recovery point, so a key reused after the replay window gets new outside keys too) and
+/// the step's name. Every retry and resumption of one logical request sends the same key;
+/// the form is `oncely-<step>-<32 hex digits of SHA-256>`, 1 to 255 visible ASCII characters
+/// for any `step` of visible ASCII.
+pub fn derived_key(id: &RecordKey, minted: &str, step: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [id.scope.as_str(), id.key.as_str(), minted, step] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    let digest = h.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("oncely-{step}-{hex}")
+}

@@ -1,0 +1,303 @@
+//! [`Tx`]: the handler's transaction that already holds its claim, and [`Between`]: a
+//! multi-step request between two phases.
+
+use crate::error::TxError;
+use crate::store::SqlStore;
+use axum::response::{IntoResponse, Response};
+use oncely_core::{ClaimKind, FencingToken, RecordKey};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::{Database, Transaction};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// What the claimer, the handler's [`Tx`] and the layer share about one claimed request.
+pub(crate) struct Shared<S: SqlStore> {
+    pub(crate) store: S,
+    pub(crate) id: RecordKey,
+    pub(crate) token: FencingToken,
+    pub(crate) kind: ClaimKind,
+    pub(crate) lease: Duration,
+    pub(crate) retention: Duration,
+    pub(crate) max_response_bytes: usize,
+    pub(crate) state: Mutex<State>,
+    /// The first phase's transaction (it holds the claim) until the handler takes it.
+    pub(crate) first: Mutex<Option<Transaction<'static, S::Database>>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) committed: bool,
+    pub(crate) phase_open: bool,
+    pub(crate) completed: bool,
+    pub(crate) recovery_point: Option<String>,
+}
+
+impl<S: SqlStore> Shared<S> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the flags half-written (each update is
+        // one assignment), so a poisoned lock is still sound to read.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<S: SqlStore> oncely_tower::ClaimProgress for Shared<S> {
+    fn committed(&self) -> bool {
+        self.state().committed
+    }
+    fn phase_open(&self) -> bool {
+        self.state().phase_open
+    }
+    fn completed(&self) -> bool {
+        self.state().completed
+    }
+    fn recovery_point(&self) -> Option<String> {
+        self.state().recovery_point.clone()
+    }
+}
+
+/// The request extension through which the claimer hands the first phase to the handler.
+pub(crate) struct TxSlot<S: SqlStore>(pub(crate) Arc<Shared<S>>);
+
+impl<S: SqlStore> Clone for TxSlot<S> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+/// One atomic phase of an idempotent request: an open database transaction that already holds
+/// the request's claim (or, in a later phase, began with the conditional fencing write).
+///
+/// Use it as an executor for the business writes (`&mut *tx` is a `&mut PgConnection` or
+/// `&mut SqliteConnection`), then end it with exactly one of:
+///
+/// - [`Tx::commit`]: the business writes and the stored response commit together; the
+///   response is returned for the handler to send, and it is byte for byte what every retry
+///   replays (case S8: a crash after the commit leaves a record that replays);
+/// - [`Tx::checkpoint`]: the business writes and a typed recovery point commit together (a
+///   phase of a multi-step request, before an outside call);
+/// - dropping it (or an error with `?`): everything rolls back. In the first phase of a new
+///   request that includes the claim, so the key is free again and a retry executes afresh;
+///   after a committed phase, the layer keeps the record at its recovery point for the retry.
+///
+/// In axum, take it as a handler argument (it is an extractor); in plain tower, with
+/// [`Tx::from_extensions`].
+pub struct Tx<S: SqlStore> {
+    tx: Option<Transaction<'static, S::Database>>,
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: SqlStore> fmt::Debug for Tx<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tx")
+            .field("id", &self.shared.id)
+            .field("token", &self.shared.token)
+            .field("kind", &self.shared.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: SqlStore> Deref for Tx<S> {
+    type Target = <S::Database as Database>::Connection;
+    fn deref(&self) -> &Self::Target {
+        self.tx
+            .as_ref()
+            .expect("a Tx holds its transaction until it ends")
+    }
+}
+
+impl<S: SqlStore> DerefMut for Tx<S> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.tx
+            .as_mut()
+            .expect("a Tx holds its transaction until it ends")
+    }
+}
+
+impl<S: SqlStore> Drop for Tx<S> {
+    fn drop(&mut self) {
+        if self.tx.is_some() {
+            // sqlx rolls the transaction back; the record is as last committed.
+            self.shared.state().phase_open = false;
+        }
+    }
+}
+
+impl<S: SqlStore> Tx<S> {
+    /// Takes the first phase from a claimed request's extensions (plain tower; in axum, use
+    /// `Tx<S>` as an extractor).
+    ///
+    /// # Errors
+    ///
+    /// [`TxError::NoTransaction`] when the request was not claimed by [`layer`](crate::layer)
+    /// for this store type, or its transaction was taken already.
+    pub fn from_extensions(extensions: &http::Extensions) -> Result<Self, TxError> {
+        let slot = extensions
+            .get::<TxSlot<S>>()
+            .ok_or(TxError::NoTransaction)?;
+        let tx = slot
+            .0
+            .first
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or(TxError::NoTransaction)?;
+        Ok(Self {
+            tx: Some(tx),
+            shared: Arc::clone(&slot.0),
+        })
+    }
+
+    /// `(scope, key)` of the request.
+    pub fn id(&self) -> &RecordKey {
+        &self.shared.id
+    }
+
+    /// Why the claim was granted: a first attempt ([`ClaimKind::New`]), a reuse after the replay
+    /// window, or a takeover of a request whose owner died ([`ClaimKind::Takeover`]): resume
+    /// from [`Tx::resume_from`].
+    pub fn kind(&self) -> ClaimKind {
+        self.shared.kind
+    }
+
+    /// The last step a previous attempt of this request committed with [`Tx::checkpoint`],
+    /// decoded as `T` (the handler's own step type, usually a serde enum); `None` on a first
+    /// attempt.
+    ///
+    /// # Errors
+    ///
+    /// [`TxError::RecoveryPoint`] when the stored point does not decode as `T`.
+    pub fn resume_from<T: DeserializeOwned>(&self) -> Result<Option<T>, TxError> {
+        decode_step(self.shared.state().recovery_point.as_deref())
+    }
+
+    fn take(&mut self) -> Transaction<'static, S::Database> {
+        self.tx
+            .take()
+            .expect("a Tx holds its transaction until it ends")
+    }
+
+    /// Completes the request: stores `response` exactly as it will be sent (status, the
+    /// headers that pass the replay filter, the body up to the policy's
+    /// `max_response_bytes`; a larger body is sent but not retained, see
+    /// [`oncely_tower::capture`]) in this transaction, and commits it together with the
+    /// business writes. Returns the response to send.
+    ///
+    /// # Errors
+    ///
+    /// [`TxError::Fenced`] when the record is no longer this request's (nothing commits);
+    /// [`TxError::Store`] or [`TxError::Database`] when the write or the commit failed
+    /// (nothing commits, unless the connection was lost during the commit itself: then the
+    /// outcome is known only to the next claim, which replays or executes).
+    pub async fn commit(mut self, response: impl IntoResponse) -> Result<Response, TxError> {
+        let response = response.into_response().map(|b| {
+            use http_body_util::BodyExt;
+            oncely_tower::Body::new(b.map_err(Into::into))
+        });
+        let (response, stored) =
+            oncely_tower::capture_response(response, self.shared.max_response_bytes).await;
+        let mut tx = self.take();
+        let sh = &self.shared;
+        sh.store
+            .complete_in(&mut tx, &sh.id, sh.token, &stored, sh.retention)
+            .await?;
+        let committed = tx.commit().await;
+        let mut state = sh.state();
+        state.phase_open = false;
+        committed?;
+        state.committed = true;
+        state.completed = true;
+        drop(state);
+        Ok(response.map(axum::body::Body::new))
+    }
+
+    /// Commits this phase with `step` as its recovery point (serialized as JSON): a retry that
+    /// takes the request over after a crash gets it back from [`Tx::resume_from`] and goes on
+    /// from there. Call it before every outside call; the call itself then carries an
+    /// idempotency key derived from ours (see [`derived_key`](crate::derived_key)). Returns the
+    /// handle that begins the next phase.
+    ///
+    /// # Errors
+    ///
+    /// As [`Tx::commit`], and [`TxError::RecoveryPoint`] when `step` does not serialize.
+    pub async fn checkpoint<T: Serialize>(mut self, step: &T) -> Result<Between<S>, TxError> {
+        let rp = serde_json::to_string(step)?;
+        let mut tx = self.take();
+        let sh = &self.shared;
+        sh.store
+            .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease)
+            .await?;
+        let committed = tx.commit().await;
+        let mut state = sh.state();
+        state.phase_open = false;
+        committed?;
+        state.committed = true;
+        state.recovery_point = Some(rp);
+        drop(state);
+        Ok(Between {
+            shared: Arc::clone(&self.shared),
+        })
+    }
+}
+
+fn decode_step<T: DeserializeOwned>(rp: Option<&str>) -> Result<Option<T>, TxError> {
+    rp.map(serde_json::from_str).transpose().map_err(Into::into)
+}
+
+/// A multi-step request between two phases, after [`Tx::checkpoint`] committed: make the
+/// outside call, then [`Between::begin`] the next phase. The layer renews the lease meanwhile.
+pub struct Between<S: SqlStore> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: SqlStore> fmt::Debug for Between<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Between")
+            .field("id", &self.shared.id)
+            .field("token", &self.shared.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: SqlStore> Between<S> {
+    /// `(scope, key)` of the request.
+    pub fn id(&self) -> &RecordKey {
+        &self.shared.id
+    }
+
+    /// Begins the next phase: a new transaction whose first statement is the conditional
+    /// fencing write (renewing the lease), so no takeover can interleave with it.
+    ///
+    /// # Errors
+    ///
+    /// [`TxError::Fenced`] when another request took the key over meanwhile (stop: it owns the
+    /// work now); [`TxError::Store`] when the store failed.
+    pub async fn begin(&self) -> Result<Tx<S>, TxError> {
+        let sh = &self.shared;
+        let mut tx = sh.store.begin().await?;
+        sh.state().phase_open = true;
+        let tx_result = sh.store.renew_in(&mut tx, &sh.id, sh.token, sh.lease).await;
+        if let Err(e) = tx_result {
+            sh.state().phase_open = false;
+            return Err(e.into());
+        }
+        Ok(Tx {
+            tx: Some(tx),
+            shared: Arc::clone(&self.shared),
+        })
+    }
+}
+
+/// The axum extractor.
+impl<S: SqlStore, St: Send + Sync> axum::extract::FromRequestParts<St> for Tx<S> {
+    type Rejection = TxError;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _: &St,
+    ) -> Result<Self, Self::Rejection> {
+        Self::from_extensions(&parts.extensions)
+    }
+}

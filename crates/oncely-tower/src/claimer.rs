@@ -1,0 +1,88 @@
+//! [`Claimer`]: how the layer makes a claim, the plug point for transactional stores.
+//!
+//! By default ([`StoreClaimer`]) a claim is one [`KeyStore::claim`] call that commits at once,
+//! and the layer then renews, completes or releases the record through the same store. A
+//! transactional claimer (the `oncely-sqlx` crate) instead opens the handler's own database
+//! transaction and claims inside it: the claim, the business writes and the stored response
+//! then commit together, in one commit for a single-phase handler. It hands the open
+//! transaction to the handler through the request extensions and reports, through a
+//! [`ClaimProgress`] in the [`IdempotencyContext`](crate::IdempotencyContext), what the layer
+//! may still do with the record.
+
+use async_trait::async_trait;
+use oncely_core::{ClaimOutcome, ClaimRequest, KeyStore, StoreError};
+use std::fmt;
+use std::sync::Arc;
+
+/// Makes the claim of one request (see the [module docs](self)).
+#[async_trait]
+pub trait Claimer: Send + Sync + 'static {
+    /// Claims `req` by the shared rule ([`oncely_core::decide`]). On
+    /// [`ClaimOutcome::Claimed`] it may put what the handler needs (an open transaction) into
+    /// `extensions`, the claimed request's extensions, and return a [`ClaimProgress`] that the
+    /// layer consults while and after the handler runs; `None` means the claim is committed in
+    /// the store and the layer owns the record's life (heartbeat, completion, release).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when the store cannot answer: the layer fails closed with
+    /// `503` and the handler never runs.
+    async fn claim(
+        &self,
+        req: ClaimRequest,
+        extensions: &mut http::Extensions,
+    ) -> Result<(ClaimOutcome, Option<Arc<dyn ClaimProgress>>), StoreError>;
+}
+
+/// The default [`Claimer`]: one [`KeyStore::claim`] call, committed at once.
+#[derive(Clone)]
+pub struct StoreClaimer(pub Arc<dyn KeyStore>);
+
+impl fmt::Debug for StoreClaimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StoreClaimer")
+    }
+}
+
+#[async_trait]
+impl Claimer for StoreClaimer {
+    async fn claim(
+        &self,
+        req: ClaimRequest,
+        _: &mut http::Extensions,
+    ) -> Result<(ClaimOutcome, Option<Arc<dyn ClaimProgress>>), StoreError> {
+        Ok((self.0.claim(req).await?, None))
+    }
+}
+
+/// Where a claim made by a transactional [`Claimer`] stands, as the layer needs to know it.
+///
+/// The layer reads it (never blocking) in its heartbeat and after the handler returned:
+///
+/// | state | heartbeat | after the handler returned |
+/// |---|---|---|
+/// | the handler's transaction completed the record | stops | returns the response, writes nothing |
+/// | the claim is not committed (it rode in a transaction that rolled back or is still open) | skips | returns the response, writes nothing: a rollback undid the claim with the writes |
+/// | the claim is committed (a phase committed), a phase transaction is open | skips (the renewal would wait for the phase's lock) | — |
+/// | the claim is committed, no phase open, not completed | renews | suspends the request at its recovery point (the next retry resumes there), or releases the key if no phase committed a recovery point |
+pub trait ClaimProgress: Send + Sync + 'static {
+    /// Whether the claim is committed in the store (false while it rides in a transaction
+    /// that has not committed).
+    fn committed(&self) -> bool;
+    /// Whether a phase transaction holding the record's lock is open now.
+    fn phase_open(&self) -> bool;
+    /// Whether a transaction completed the record with its stored response.
+    fn completed(&self) -> bool;
+    /// The last committed recovery point, if any.
+    fn recovery_point(&self) -> Option<String>;
+}
+
+impl fmt::Debug for dyn ClaimProgress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClaimProgress")
+            .field("committed", &self.committed())
+            .field("phase_open", &self.phase_open())
+            .field("completed", &self.completed())
+            .finish()
+    }
+}
