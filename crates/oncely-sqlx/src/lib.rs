@@ -129,3 +129,9 @@ pub fn derived_key(id: &RecordKey, minted: &str, step: &str) -> String {
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     format!("oncely-{step}-{hex}")
 }
+
+/// The repository README's Rust examples, compiled and run as doc tests so that the README
+/// cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -125,9 +125,3 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 /// The request header carrying the key: `Idempotency-Key` (IETF
 /// draft-ietf-httpapi-idempotency-key-header), lower case.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-
-/// The repository README's Rust examples, compiled and run as doc tests so that the README
-/// cannot drift from the API.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

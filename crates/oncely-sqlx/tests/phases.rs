@@ -1,0 +1,636 @@
+//! The phase conformance suite: the same scenarios, against a real axum app built on
+//! `oncely_sqlx::layer`, on SQLite (always) and PostgreSQL (when `ONCELY_TEST_POSTGRES_URL` is
+//! set; otherwise those tests print why and pass without running).
+//!
+//! A "crash" is modelled as a process dying: the handler panics at the crash point, so its
+//! transaction is rolled back by the database and the layer does nothing after it (no release,
+//! no suspension, no heartbeat); the test then moves the store's clock past the lease, as time
+//! would pass before a retry took the key over.
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use http_body_util::BodyExt;
+use oncely_core::{ManualClock, Policy, RecordKey, RecordState, Scope};
+use oncely_sqlx::{SqlStore, Tx, TxError};
+use serde::{Deserialize, Serialize};
+use sqlx::Database;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tower::ServiceExt;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// One database under test: how to make a store on a [`ManualClock`], and the business table.
+#[async_trait]
+trait Db: SqlStore + Sized {
+    async fn fresh(clock: ManualClock) -> Option<Self>;
+    async fn insert_row(
+        conn: &mut <Self::Database as Database>::Connection,
+        id: &str,
+        key: &str,
+    ) -> Result<(), sqlx::Error>;
+    async fn rows(&self, key: &str) -> i64;
+}
+
+#[async_trait]
+impl Db for oncely_sqlite::SqliteStore {
+    async fn fresh(clock: ManualClock) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.keep().join("phases.sqlite3");
+        let store = oncely_sqlite::SqliteStore::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap()
+            .with_clock(Arc::new(clock));
+        store.migrate().await.unwrap();
+        sqlx::query("CREATE TABLE IF NOT EXISTS rows (id TEXT PRIMARY KEY, key TEXT NOT NULL)")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        Some(store)
+    }
+    async fn insert_row(
+        conn: &mut sqlx::SqliteConnection,
+        id: &str,
+        key: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("INSERT INTO rows (id, key) VALUES (?1, ?2)")
+            .bind(id)
+            .bind(key)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+    async fn rows(&self, key: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM rows WHERE key = ?1")
+            .bind(key)
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
+    }
+}
+
+#[async_trait]
+impl Db for oncely_postgres::PostgresStore {
+    async fn fresh(clock: ManualClock) -> Option<Self> {
+        let Ok(url) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
+            eprintln!("skipping: ONCELY_TEST_POSTGRES_URL is unset (a PostgreSQL URL is needed)");
+            return None;
+        };
+        // A small pool per test (the tests run in parallel), with the lock_timeout that
+        // PostgresStore::connect would set: it bounds a duplicate's wait.
+        let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(12)
+            .connect_with(options.options([("lock_timeout", "5000ms")]))
+            .await
+            .unwrap();
+        let store = oncely_postgres::PostgresStore::from_pool(pool, Arc::new(clock));
+        store.migrate().await.unwrap();
+        let mut tx = store.pool().begin().await.unwrap();
+        sqlx::query("SELECT pg_advisory_xact_lock(7461621077)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS oncely_sqlx_rows (id TEXT PRIMARY KEY, key TEXT NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        Some(store)
+    }
+    async fn insert_row(
+        conn: &mut sqlx::PgConnection,
+        id: &str,
+        key: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("INSERT INTO oncely_sqlx_rows (id, key) VALUES ($1, $2)")
+            .bind(id)
+            .bind(key)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+    async fn rows(&self, key: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM oncely_sqlx_rows WHERE key = $1")
+            .bind(key)
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
+    }
+}
+
+/// What the test app counts and how it can be told to misbehave.
+struct Ctl<S> {
+    store: S,
+    executions: AtomicUsize,
+    /// Outside calls made, by the idempotency key they carried.
+    outside: Mutex<HashMap<String, usize>>,
+    /// How many of the next executions fail (roll back) instead of committing.
+    fail_next: AtomicUsize,
+    /// Where the next execution crashes (once).
+    crash_at: Mutex<Option<&'static str>>,
+    /// Where the next execution waits for `gate` (once).
+    pause_at: Mutex<Option<&'static str>>,
+    gate: Notify,
+    paused: Notify,
+}
+
+type App<S> = Arc<Ctl<S>>;
+
+impl<S> Ctl<S> {
+    fn crash(&self, point: &'static str) {
+        let mut at = self.crash_at.lock().unwrap();
+        if *at == Some(point) {
+            *at = None;
+            drop(at);
+            panic!("simulated crash at {point}");
+        }
+    }
+    async fn pause(&self, point: &'static str) {
+        let hit = {
+            let mut at = self.pause_at.lock().unwrap();
+            let hit = *at == Some(point);
+            if hit {
+                *at = None;
+            }
+            hit
+        };
+        if hit {
+            self.paused.notify_one();
+            self.gate.notified().await;
+        }
+    }
+}
+
+async fn delay(headers: &HeaderMap) {
+    if let Some(ms) = headers.get("x-delay-ms").and_then(|v| v.to_str().ok()) {
+        tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+    }
+}
+
+/// Single phase: one row, the response, one commit.
+async fn single<S: Db>(
+    State(app): State<App<S>>,
+    headers: HeaderMap,
+    mut tx: Tx<S>,
+    body: String,
+) -> Result<Response, TxError> {
+    app.executions.fetch_add(1, Ordering::SeqCst);
+    let id = format!("row_{}", uuid::Uuid::new_v4().simple());
+    let k = tx.id().key.as_str().to_owned();
+    S::insert_row(&mut tx, &id, &k).await?;
+    delay(&headers).await;
+    if app
+        .fail_next
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        // Dropping `tx` rolls the row and the claim back.
+        return Ok((StatusCode::SERVICE_UNAVAILABLE, "try again").into_response());
+    }
+    let res = tx
+        .commit((
+            StatusCode::CREATED,
+            [("x-row", id.clone())],
+            Json(serde_json::json!({"id": id, "echo": body})),
+        ))
+        .await?;
+    app.crash("after_commit");
+    Ok(res)
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+enum Step {
+    Recorded { row: String },
+    Charged { row: String, charge: String },
+}
+
+/// Multi-step: record the row (intent), call the outside system, record the charge, answer.
+async fn multi<S: Db>(State(app): State<App<S>>, mut tx: Tx<S>) -> Result<Response, TxError> {
+    app.executions.fetch_add(1, Ordering::SeqCst);
+    let key = tx.id().key.as_str().to_owned();
+    let step = tx.resume_from::<Step>()?;
+    let (row, between) = match step {
+        None => {
+            let row = format!("row_{}", uuid::Uuid::new_v4().simple());
+            S::insert_row(&mut tx, &row, &key).await?;
+            let b = tx.checkpoint(&Step::Recorded { row: row.clone() }).await?;
+            (row, Some(b))
+        }
+        Some(Step::Recorded { row }) => {
+            // Commit the takeover with the same step before the outside call.
+            let b = tx.checkpoint(&Step::Recorded { row: row.clone() }).await?;
+            (row, Some(b))
+        }
+        Some(Step::Charged { row, charge }) => {
+            app.pause("resume_charged").await;
+            return tx
+                .commit((
+                    StatusCode::CREATED,
+                    Json(serde_json::json!({"row": row, "charge": charge})),
+                ))
+                .await;
+        }
+    };
+    let between = between.expect("set above");
+    app.crash("after_recorded");
+    app.pause("after_recorded").await;
+    let outside_key = oncely_sqlx::derived_key(between.id(), &row, "charge");
+    *app.outside
+        .lock()
+        .unwrap()
+        .entry(outside_key.clone())
+        .or_default() += 1;
+    let charge = format!("ch_{}", &outside_key[outside_key.len() - 8..]);
+    let tx = between.begin().await?;
+    let between = tx
+        .checkpoint(&Step::Charged {
+            row: row.clone(),
+            charge: charge.clone(),
+        })
+        .await?;
+    app.crash("after_charged");
+    let tx = between.begin().await?;
+    tx.commit((
+        StatusCode::CREATED,
+        Json(serde_json::json!({"row": row, "charge": charge})),
+    ))
+    .await
+}
+
+async fn authenticate(mut req: Request, next: Next) -> Response {
+    req.extensions_mut().insert(Scope::new("acct_1"));
+    next.run(req).await
+}
+
+struct Harness<S> {
+    app: App<S>,
+    router: Router,
+    clock: ManualClock,
+}
+
+async fn harness<S: Db>() -> Option<Harness<S>> {
+    let clock = ManualClock::starting_now();
+    let store = S::fresh(clock.clone()).await?;
+    let app = Arc::new(Ctl {
+        store: store.clone(),
+        executions: AtomicUsize::new(0),
+        outside: Mutex::new(HashMap::new()),
+        fail_next: AtomicUsize::new(0),
+        crash_at: Mutex::new(None),
+        pause_at: Mutex::new(None),
+        gate: Notify::new(),
+        paused: Notify::new(),
+    });
+    let policy = Policy {
+        lease: LEASE,
+        ..Policy::default()
+    };
+    let router = Router::new()
+        .route("/single", post(single::<S>))
+        .route("/multi", post(multi::<S>))
+        .with_state(Arc::clone(&app))
+        .layer(oncely_sqlx::layer(store, policy))
+        .layer(middleware::from_fn(authenticate));
+    Some(Harness { app, router, clock })
+}
+
+fn key() -> String {
+    format!("k-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn request(path: &str, key: &str, extra: &[(&str, &str)]) -> Request {
+    let mut b = axum::http::Request::post(path)
+        .header("idempotency-key", key)
+        .header("content-type", "text/plain");
+    for (n, v) in extra {
+        b = b.header(*n, *v);
+    }
+    b.body(Body::from("order 1")).unwrap()
+}
+
+struct Answer {
+    status: u16,
+    replayed: bool,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+async fn send(router: &Router, req: Request) -> Answer {
+    let res = router.clone().oneshot(req).await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let replayed = headers.get("idempotent-replayed").is_some();
+    let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
+    Answer {
+        status,
+        replayed,
+        headers,
+        body,
+    }
+}
+
+/// Sends a request whose handler crashes; the caller sees the panic, as a dead process's
+/// client sees a dropped connection.
+async fn send_crashing(router: &Router, req: Request) {
+    let r = tokio::spawn(router.clone().oneshot(req)).await;
+    assert!(r.unwrap_err().is_panic(), "the handler was meant to crash");
+}
+
+fn rid(k: &str) -> RecordKey {
+    RecordKey::new(
+        Scope::new("acct_1"),
+        oncely_core::IdempotencyKey::new(k).unwrap(),
+    )
+}
+
+// ---- the scenarios ---------------------------------------------------------------------
+
+/// One execution, one commit: the row and the stored response commit together, the stored
+/// response is exactly what was sent (status, content type, custom header, body), and a retry
+/// replays it without entering the handler.
+async fn single_phase_commits_and_replays<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    let first = send(&h.router, request("/single", &k, &[])).await;
+    assert_eq!(first.status, 201);
+    assert!(!first.replayed);
+    assert_eq!(first.headers["content-type"], "application/json");
+    assert_eq!(h.app.store.rows(&k).await, 1);
+    let rec = h.app.store.get(&rid(&k)).await.unwrap().expect("record");
+    let RecordState::Complete { response, .. } = &rec.state else {
+        panic!("expected complete, got {:?}", rec.state)
+    };
+    assert_eq!(response.status, 201);
+    assert_eq!(response.body, first.body);
+    assert!(
+        response
+            .headers
+            .iter()
+            .any(|(n, v)| n == "content-type" && v == b"application/json"),
+        "the stored headers are those sent: {:?}",
+        response.headers
+    );
+    let retry = send(&h.router, request("/single", &k, &[])).await;
+    assert_eq!(retry.status, 201);
+    assert!(retry.replayed);
+    assert_eq!(retry.body, first.body);
+    assert_eq!(retry.headers["x-row"], first.headers["x-row"]);
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 1);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+    // A different request with the same key is a mismatch, never a replay (case S3).
+    let mut other = request("/single", &k, &[]);
+    *other.body_mut() = Body::from("order 2");
+    assert_eq!(send(&h.router, other).await.status, 422);
+}
+
+/// Case S5 for this kind of handler: duplicates sent while the first is still in its
+/// transaction wait on the key it holds and replay once it commits; none runs the handler.
+async fn concurrent_duplicates_wait_then_replay<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    let first = {
+        let r = h.router.clone();
+        let k = k.clone();
+        tokio::spawn(
+            async move { send(&r, request("/single", &k, &[("x-delay-ms", "400")])).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let dups: Vec<_> = (0..8)
+        .map(|_| {
+            let r = h.router.clone();
+            let k = k.clone();
+            tokio::spawn(async move { send(&r, request("/single", &k, &[])).await })
+        })
+        .collect();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 201);
+    for d in dups {
+        let d = d.await.unwrap();
+        assert_eq!(
+            d.status,
+            201,
+            "a duplicate waits and replays: {}",
+            String::from_utf8_lossy(&d.body)
+        );
+        assert!(d.replayed);
+        assert_eq!(d.body, first.body);
+    }
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 1);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+}
+
+/// A handler that rolls back leaves no claim: the key is free, a retry executes afresh.
+async fn rollback_releases_the_key<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    h.app.fail_next.store(1, Ordering::SeqCst);
+    let failed = send(&h.router, request("/single", &k, &[])).await;
+    assert_eq!(failed.status, 503);
+    assert_eq!(h.app.store.rows(&k).await, 0);
+    assert_eq!(
+        h.app.store.get(&rid(&k)).await.unwrap(),
+        None,
+        "the claim rolled back with the writes"
+    );
+    let retry = send(&h.router, request("/single", &k, &[])).await;
+    assert_eq!(retry.status, 201);
+    assert!(!retry.replayed);
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 2);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+}
+
+/// A duplicate that waited on a first attempt which then rolled back executes itself.
+async fn duplicate_of_a_rolled_back_first_executes<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    h.app.fail_next.store(1, Ordering::SeqCst);
+    let first = {
+        let r = h.router.clone();
+        let k = k.clone();
+        tokio::spawn(
+            async move { send(&r, request("/single", &k, &[("x-delay-ms", "400")])).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let dup = send(&h.router, request("/single", &k, &[])).await;
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 503);
+    assert_eq!(dup.status, 201);
+    assert!(!dup.replayed, "it executed, after the first rolled back");
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 2);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+}
+
+/// Case S8: the process dies after the commit, before the response reached the client: the
+/// retry replays the committed response; nothing runs twice.
+async fn commit_then_crash_replays<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    *h.app.crash_at.lock().unwrap() = Some("after_commit");
+    send_crashing(&h.router, request("/single", &k, &[])).await;
+    let retry = send(&h.router, request("/single", &k, &[])).await;
+    assert_eq!(retry.status, 201);
+    assert!(retry.replayed);
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 1);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+}
+
+/// A multi-step request killed after each committed phase resumes at its recovery point on the
+/// retry: one row, one outside call per derived key, zero repeated outside calls when the crash
+/// came after the call's phase committed.
+async fn multi_phase_resumes_after_a_crash<S: Db>() {
+    for point in ["after_recorded", "after_charged"] {
+        let Some(h) = harness::<S>().await else {
+            return;
+        };
+        let k = key();
+        *h.app.crash_at.lock().unwrap() = Some(point);
+        send_crashing(&h.router, request("/multi", &k, &[])).await;
+        // The claim committed with the first phase: a retry within the lease is in flight.
+        let early = send(&h.router, request("/multi", &k, &[])).await;
+        assert_eq!(
+            early.status, 409,
+            "{point}: the dead owner's lease is still alive"
+        );
+        h.clock.advance(LEASE + Duration::from_secs(1));
+        let retry = send(&h.router, request("/multi", &k, &[])).await;
+        assert_eq!(
+            retry.status,
+            201,
+            "{point}: {}",
+            String::from_utf8_lossy(&retry.body)
+        );
+        assert!(!retry.replayed);
+        assert_eq!(h.app.store.rows(&k).await, 1, "{point}: one row");
+        let outside = h.app.outside.lock().unwrap().clone();
+        assert_eq!(outside.len(), 1, "{point}: one derived key");
+        assert_eq!(
+            outside.values().sum::<usize>(),
+            1,
+            "{point}: no repeated outside call"
+        );
+        let again = send(&h.router, request("/multi", &k, &[])).await;
+        assert!(again.replayed);
+        assert_eq!(again.body, retry.body);
+    }
+}
+
+/// Fencing during a phase: the owner pauses between phases past its lease, a retry takes the
+/// key over and finishes; when the old owner wakes, its next phase is refused (409) and writes
+/// nothing.
+async fn a_stale_owner_is_fenced<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    *h.app.pause_at.lock().unwrap() = Some("after_recorded");
+    let paused = h.app.paused.notified();
+    let old = {
+        let r = h.router.clone();
+        let k = k.clone();
+        tokio::spawn(async move { send(&r, request("/multi", &k, &[])).await })
+    };
+    paused.await;
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let new = send(&h.router, request("/multi", &k, &[])).await;
+    assert_eq!(new.status, 201);
+    h.app.gate.notify_one();
+    let old = old.await.unwrap();
+    assert_eq!(old.status, 409, "{}", String::from_utf8_lossy(&old.body));
+    let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
+    assert!(matches!(rec.state, RecordState::Complete { .. }));
+    assert_eq!(rec.token.0, 2);
+    let replay = send(&h.router, request("/multi", &k, &[])).await;
+    assert_eq!(replay.body, new.body);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+    // Both owners made the outside call with the same derived key: the outside system collapses
+    // it (the stale owner had committed only its intent when it paused).
+    let outside = h.app.outside.lock().unwrap().clone();
+    assert_eq!(outside.len(), 1);
+}
+
+/// A takeover is reported as such to the handler.
+async fn a_takeover_resumes_with_its_step<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    *h.app.crash_at.lock().unwrap() = Some("after_recorded");
+    send_crashing(&h.router, request("/multi", &k, &[])).await;
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
+    let rp: Step = serde_json::from_str(rec.recovery_point().unwrap()).unwrap();
+    assert!(matches!(rp, Step::Recorded { .. }));
+    let retry = send(&h.router, request("/multi", &k, &[])).await;
+    assert_eq!(retry.status, 201);
+    let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
+    assert_eq!(
+        rec.token.0, 2,
+        "the retry took over with a new fencing token"
+    );
+}
+
+macro_rules! suite {
+    ($module:ident, $store:ty) => {
+        mod $module {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn single_phase_commits_and_replays() {
+                super::single_phase_commits_and_replays::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_duplicates_wait_then_replay() {
+                super::concurrent_duplicates_wait_then_replay::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn rollback_releases_the_key() {
+                super::rollback_releases_the_key::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn duplicate_of_a_rolled_back_first_executes() {
+                super::duplicate_of_a_rolled_back_first_executes::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn commit_then_crash_replays() {
+                super::commit_then_crash_replays::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn multi_phase_resumes_after_a_crash() {
+                super::multi_phase_resumes_after_a_crash::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_stale_owner_is_fenced() {
+                super::a_stale_owner_is_fenced::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_takeover_resumes_with_its_step() {
+                super::a_takeover_resumes_with_its_step::<$store>().await;
+            }
+        }
+    };
+}
+
+suite!(sqlite, oncely_sqlite::SqliteStore);
+suite!(postgres, oncely_postgres::PostgresStore);
