@@ -222,6 +222,18 @@ pub fn render(policy: &Policy) -> String {
             "an outside system (the card processor, the mailer) failed part-way: the request stopped at its last committed step; retry the same request with the same key and it resumes there, never repeating a step that succeeded",
         ),
         (
+            "database_unavailable",
+            503,
+            "yes",
+            "the database failed transiently (connection, lock, serialization): nothing of that step committed; retry the same request with the same key",
+        ),
+        (
+            "database_refused",
+            422,
+            "no",
+            "the database refused a value of the request for good (for example a text with a NUL character): nothing was committed, the same request cannot succeed; correct it (the key is free again)",
+        ),
+        (
             "card_declined",
             402,
             "no",
@@ -260,6 +272,19 @@ pub fn render(policy: &Policy) -> String {
         w,
         "- A card decline (`402 card_declined`) is a result, not a failure: it is stored and \
          replayed.\n"
+    );
+    let _ = writeln!(w, "## Duplicates while the first request runs\n");
+    let _ = writeln!(
+        w,
+        "Writes commit their claim inside their own database transaction (on the SQLite and \
+         PostgreSQL stores). `POST /v1/orders` is one transaction: a duplicate that arrives \
+         while the first is still in it waits for it, up to 5 s (the database's lock wait), and \
+         then gets the first request's response replayed (or runs, if the first rolled back); \
+         only past that bound does it get `409 idempotency_request_in_flight` (PostgreSQL) or \
+         `503` (SQLite). `POST /v1/payments` commits its first step before calling the card \
+         processor: a duplicate during its first step waits the same way, and one that arrives \
+         later, while the outside calls run, gets `409 idempotency_request_in_flight` with \
+         `Retry-After`. On the memory and Redis stores every duplicate in flight gets the `409`.\n"
     );
     let _ = writeln!(
         w,

@@ -422,11 +422,11 @@ async fn an_outside_outage_suspends_the_request_and_the_retry_resumes_it() {
     assert_eq!(down.json()["retryable"], true);
     let state = get_json(&format!("{}/v1/idempotency-keys/outage-1", s.url), "acct_o").await;
     assert_eq!(state["state"], "in_flight", "{state}");
+    // The typed recovery point: the payment step, with the payment's id.
+    let rp: Value = serde_json::from_str(state["recovery_point"].as_str().unwrap()).unwrap();
+    assert_eq!(rp["step"], "recorded", "{state}");
     assert!(
-        state["recovery_point"]
-            .as_str()
-            .unwrap()
-            .starts_with("payment_recorded:pay_"),
+        rp["payment"].as_str().unwrap().starts_with("pay_"),
         "{state}"
     );
 

@@ -73,7 +73,8 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
             retention: req.retention,
             max_response_bytes: self.max_response_bytes,
             state: Mutex::new(State {
-                committed: false,
+                // A split store's claim committed at once in its key store.
+                committed: !self.store.atomic(),
                 phase_open: true,
                 completed: false,
                 recovery_point: claim.recovery_point.clone(),

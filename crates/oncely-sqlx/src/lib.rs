@@ -82,11 +82,14 @@
 
 mod claimer;
 mod error;
+mod split;
 mod store;
 mod tx;
+pub mod unclaimed;
 
 pub use claimer::TransactionalClaimer;
 pub use error::{DbErrorClass, TxError, classify};
+pub use split::Split;
 pub use store::SqlStore;
 pub use tx::{Between, Tx};
 

@@ -23,6 +23,14 @@ pub trait SqlStore: KeyStore + Clone {
     /// The sqlx database (`sqlx::Sqlite`, `sqlx::Postgres`).
     type Database: Database;
 
+    /// Whether the store's operations commit with the caller's transaction (`true`, the
+    /// default: the key table is in the business database). [`Split`](crate::Split) answers
+    /// `false`: its claims and checkpoints commit at once in another store, and completions
+    /// are written after the business commit.
+    fn atomic(&self) -> bool {
+        true
+    }
+
     /// Begins the transaction a claim or a phase runs in (SQLite: `BEGIN IMMEDIATE`, which
     /// takes the write lock at once; PostgreSQL: `BEGIN`, `READ COMMITTED` unless the server's
     /// default says otherwise).

@@ -191,7 +191,34 @@ impl<S: SqlStore> Tx<S> {
     /// [`TxError::Store`] or [`TxError::Database`] when the write or the commit failed
     /// (nothing commits, unless the connection was lost during the commit itself: then the
     /// outcome is known only to the next claim, which replays or executes).
-    pub async fn commit(mut self, response: impl IntoResponse) -> Result<Response, TxError> {
+    pub async fn commit(self, response: impl IntoResponse) -> Result<Response, TxError> {
+        self.finish(None, response).await
+    }
+
+    /// [`Tx::commit`] for a phase that creates something the retry must not create again
+    /// (a row whose id this attempt minted): `step` names it. On the transactional stores this
+    /// is exactly [`Tx::commit`] (one commit; `step` is not written, the response is). On a
+    /// [`Split`](crate::Split) store, whose response cannot commit with the writes, `step` is
+    /// recorded first as the intent, so a crash between the business commit and the stored
+    /// response resumes with the same id.
+    ///
+    /// # Errors
+    ///
+    /// As [`Tx::commit`], and [`TxError::RecoveryPoint`] when `step` does not serialize.
+    pub async fn commit_as<T: Serialize>(
+        self,
+        step: &T,
+        response: impl IntoResponse,
+    ) -> Result<Response, TxError> {
+        self.finish(Some(serde_json::to_string(step)?), response)
+            .await
+    }
+
+    async fn finish(
+        mut self,
+        intent: Option<String>,
+        response: impl IntoResponse,
+    ) -> Result<Response, TxError> {
         let response = response.into_response().map(|b| {
             use http_body_util::BodyExt;
             oncely_tower::Body::new(b.map_err(Into::into))
@@ -199,14 +226,26 @@ impl<S: SqlStore> Tx<S> {
         let (response, stored) =
             oncely_tower::capture_response(response, self.shared.max_response_bytes).await;
         let mut tx = self.take();
-        let sh = &self.shared;
-        sh.store
-            .complete_in(&mut tx, &sh.id, sh.token, &stored, sh.retention)
-            .await?;
-        let committed = tx.commit().await;
+        let sh = Arc::clone(&self.shared);
+        let result = if sh.store.atomic() {
+            match sh
+                .store
+                .complete_in(&mut tx, &sh.id, sh.token, &stored, sh.retention)
+                .await
+            {
+                Ok(()) => tx.commit().await.map_err(TxError::from),
+                Err(e) => Err(e.into()),
+            }
+        } else {
+            // A split store: the intent, the business commit, then the stored response.
+            split_finish(&sh, tx, intent.as_deref(), &stored).await
+        };
         let mut state = sh.state();
         state.phase_open = false;
-        committed?;
+        if let Some(rp) = intent.filter(|_| !sh.store.atomic()) {
+            state.recovery_point = Some(rp);
+        }
+        result?;
         state.committed = true;
         state.completed = true;
         drop(state);
@@ -240,6 +279,24 @@ impl<S: SqlStore> Tx<S> {
             shared: Arc::clone(&self.shared),
         })
     }
+}
+
+async fn split_finish<S: SqlStore>(
+    sh: &Shared<S>,
+    mut tx: Transaction<'static, S::Database>,
+    intent: Option<&str>,
+    stored: &oncely_core::StoredResponse,
+) -> Result<(), TxError> {
+    if let Some(rp) = intent {
+        sh.store
+            .checkpoint_in(&mut tx, &sh.id, sh.token, rp, sh.lease)
+            .await?;
+    }
+    tx.commit().await?;
+    sh.store
+        .complete(&sh.id, sh.token, stored.clone(), sh.retention)
+        .await?;
+    Ok(())
 }
 
 fn decode_step<T: DeserializeOwned>(rp: Option<&str>) -> Result<Option<T>, TxError> {

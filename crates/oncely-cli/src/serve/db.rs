@@ -1,19 +1,17 @@
-//! The reference API's business data (payments, orders) and the atomic phases that commit it.
+//! The reference API's business data (payments, orders): the schema, the reads, and the writes
+//! a handler makes inside its [`oncely_sqlx::Tx`] ([`BusinessDb`], one SQL text for both
+//! dialects).
 //!
-//! With an SQL key store (SQLite, PostgreSQL) the business tables live in the same database and
-//! every phase is one transaction carrying the business write, the recovery point and, in the
-//! last phase, the stored response ([`Phase::Sqlite`], [`Phase::Postgres`]). With the memory or Redis key store the
-//! business tables live in an embedded SQLite database and a phase commits its business write
-//! first, then records the recovery point ([`Phase::Plain`]); every phase's write is idempotent
-//! (conflict-free inserts keyed by `(scope, idempotency_key)`, derived keys at the outside
-//! systems), so a crash between the two commits only repeats a write that changes nothing.
+//! With an SQL key store (SQLite, PostgreSQL) the business tables live in the same database, so
+//! a phase's business writes, its recovery point and (in the last phase) the stored response
+//! commit together. With the memory or Redis key store they live in an embedded SQLite
+//! database ([`oncely_sqlx::Split`]); every write is idempotent (inserts keyed by the ids the
+//! recovery points carry, `ON CONFLICT DO NOTHING`), so a crash between the two stores' commits
+//! only repeats a write that changes nothing.
 
-use anyhow::{Context as _, Result, anyhow};
-use oncely_core::{StoreError, StoredResponse};
-use oncely_tower::IdempotencyContext;
+use anyhow::Result;
 use serde::Serialize;
 use sqlx::Row;
-use std::time::Duration;
 
 /// The business schema. Written once for both dialects (`$N` parameters in ascending order work
 /// in SQLite and PostgreSQL).
@@ -245,10 +243,7 @@ impl Db {
             Box::pin(async move {
                 dual!(t, c => {
                     let row = sqlx::query(SELECT_ORDER_BY_ID).bind(&scope).bind(&id).fetch_optional(c).await?;
-                    row.map(|r| -> Result<Order> {
-                        let items: String = r.try_get("items")?;
-                        Ok(Order { id: r.try_get("id")?, items: serde_json::from_str(&items)?, created_at: r.try_get("created_at")? })
-                    }).transpose()
+                    Ok(row.as_ref().map(order_from).transpose()?)
                 })
             })
         })
@@ -262,10 +257,7 @@ impl Db {
             Box::pin(async move {
                 dual!(t, c => {
                     let rows = sqlx::query(LIST_ORDERS).bind(&scope).fetch_all(c).await?;
-                    rows.iter().map(|r| -> Result<Order> {
-                        let items: String = r.try_get("items")?;
-                        Ok(Order { id: r.try_get("id")?, items: serde_json::from_str(&items)?, created_at: r.try_get("created_at")? })
-                    }).collect()
+                    Ok(rows.iter().map(order_from).collect::<sqlx::Result<Vec<_>>>()?)
                 })
             })
         })
@@ -273,213 +265,160 @@ impl Db {
     }
 }
 
-/// A plain business transaction with no claim behind it (the baseline without the layer).
-pub enum BareTx {
-    /// On SQLite.
-    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
-    /// On PostgreSQL.
-    #[cfg(feature = "postgres")]
-    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
-}
-
-/// One atomic phase of a request.
-pub enum Phase {
-    /// No idempotency layer: the business write alone (`serve --idempotency off`).
-    Bare(BareTx),
-    /// A key-store transaction on SQLite: business writes, recovery point and response commit
-    /// together.
-    Sqlite(oncely_sqlite::Phase),
-    /// A key-store transaction on PostgreSQL.
-    #[cfg(feature = "postgres")]
-    Postgres(oncely_postgres::Phase),
-    /// An embedded-SQLite business transaction; the recovery point is recorded in the key store
-    /// after it commits.
-    Plain {
-        tx: sqlx::Transaction<'static, sqlx::Sqlite>,
-        ctx: IdempotencyContext,
-    },
-}
-
-/// How a phase ends.
-pub enum PhaseEnd<'a> {
-    /// Commit with this recovery point. Plain phases commit the business write first, then
-    /// record the recovery point (a resumed request re-reads the row to see how far it got).
-    Checkpoint(&'a str),
-    /// Commit with this recovery point, which names what the phase creates (an intent). Plain
-    /// phases record it *before* committing the business write, so a crash in between resumes
-    /// with the same id instead of creating a second row.
-    Intent(&'a str),
-    /// Commit with the final response stored (transactional stores) or ready for the layer to
-    /// store (plain).
-    Complete(StoredResponse, Duration),
-    /// [`PhaseEnd::Complete`] for a single-phase request that creates a row: plain phases
-    /// record the intent (the recovery point) first, like [`PhaseEnd::Intent`].
-    CompleteWithIntent(&'a str, StoredResponse, Duration),
-}
-
-/// Whether the phase stored the response itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stored {
-    /// The response is in the key store, committed with the business write.
-    InTransaction,
-    /// The layer stores it after the handler returns.
-    ByLayer,
-}
-
-fn store_err(e: StoreError) -> anyhow::Error {
-    match e {
-        StoreError::Fenced => anyhow!(FencedError),
-        other => anyhow!(other),
-    }
-}
-
-/// The phase's owner lost its claim (another request took over): stop without writing.
-#[derive(Debug)]
-pub struct FencedError;
-
-impl std::fmt::Display for FencedError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("fenced: another request took over this idempotency key")
-    }
-}
-impl std::error::Error for FencedError {}
-
-impl Phase {
-    fn target(&mut self) -> Target<'_> {
-        match self {
-            Phase::Sqlite(p) => Target::Sqlite(&mut *p.tx()),
-            #[cfg(feature = "postgres")]
-            Phase::Postgres(p) => Target::Postgres(&mut *p.tx()),
-            Phase::Plain { tx, .. } => Target::Sqlite(&mut *tx),
-            Phase::Bare(BareTx::Sqlite(tx)) => Target::Sqlite(&mut *tx),
-            #[cfg(feature = "postgres")]
-            Phase::Bare(BareTx::Postgres(tx)) => Target::Postgres(&mut *tx),
-        }
-    }
-
-    /// Records a payment (no-op if this id is already recorded: a resumed phase).
-    pub async fn insert_payment(&mut self, p: &NewPayment<'_>) -> Result<()> {
-        dual!(self.target(), c => {
-            sqlx::query(INSERT_PAYMENT)
-                .bind(p.id).bind(p.scope).bind(p.key).bind(p.amount).bind(p.currency)
-                .bind(p.source).bind(p.description).bind(p.created_at)
-                .execute(c).await.context("insert payment")?;
-        });
-        Ok(())
-    }
-
+/// The business writes (and the reads a resumed request needs), on the connection of the
+/// handler's transaction. The SQL is the same for both dialects (`$N` parameters in ascending
+/// order work in SQLite and PostgreSQL).
+#[async_trait::async_trait]
+pub trait BusinessDb: sqlx::Database {
+    /// Records a payment (a no-op if this id is already recorded: a resumed phase).
+    async fn insert_payment(c: &mut Self::Connection, p: &NewPayment<'_>) -> sqlx::Result<()>;
     /// Records the charge's outcome.
-    pub async fn set_charge(
-        &mut self,
+    async fn set_charge(
+        c: &mut Self::Connection,
         scope: &str,
-        key: &str,
+        id: &str,
         charge_id: Option<&str>,
         status: &str,
-    ) -> Result<()> {
-        dual!(self.target(), c => {
-            sqlx::query(SET_CHARGE).bind(charge_id).bind(status).bind(scope).bind(key)
-                .execute(c).await.context("record charge")?;
-        });
-        Ok(())
-    }
-
+    ) -> sqlx::Result<()>;
     /// Records the receipt's id.
-    pub async fn set_receipt(&mut self, scope: &str, id: &str, receipt_id: &str) -> Result<()> {
-        dual!(self.target(), c => {
-            sqlx::query(SET_RECEIPT).bind(receipt_id).bind(scope).bind(id)
-                .execute(c).await.context("record receipt")?;
-        });
-        Ok(())
-    }
-
-    /// The caller's order by id, read inside this phase's transaction.
-    pub async fn order(&mut self, scope: &str, id: &str) -> Result<Option<Order>> {
-        dual!(self.target(), c => {
-            let row = sqlx::query(SELECT_ORDER_BY_ID).bind(scope).bind(id).fetch_optional(c).await?;
-            row.map(|r| -> Result<Order> {
-                let items: String = r.try_get("items")?;
-                Ok(Order { id: r.try_get("id")?, items: serde_json::from_str(&items)?, created_at: r.try_get("created_at")? })
-            }).transpose()
-        })
-    }
-
-    /// Records an order (no-op if this id is already recorded: a resumed phase).
-    pub async fn insert_order(
-        &mut self,
+    async fn set_receipt(
+        c: &mut Self::Connection,
+        scope: &str,
+        id: &str,
+        receipt_id: &str,
+    ) -> sqlx::Result<()>;
+    /// The caller's payment by id.
+    async fn payment(
+        c: &mut Self::Connection,
+        scope: &str,
+        id: &str,
+    ) -> sqlx::Result<Option<Payment>>;
+    /// Records an order (a no-op if this id is already recorded: a resumed request).
+    async fn insert_order(
+        c: &mut Self::Connection,
         id: &str,
         scope: &str,
         key: &str,
         items: &str,
         created_at: i64,
-    ) -> Result<()> {
-        dual!(self.target(), c => {
-            sqlx::query(INSERT_ORDER).bind(id).bind(scope).bind(key).bind(items).bind(created_at)
-                .execute(c).await.context("insert order")?;
-        });
-        Ok(())
-    }
+    ) -> sqlx::Result<()>;
+    /// The caller's order by id.
+    async fn order(c: &mut Self::Connection, scope: &str, id: &str) -> sqlx::Result<Option<Order>>;
+}
 
-    /// Commits the phase.
-    ///
-    /// # Errors
-    ///
-    /// [`FencedError`] when another request took the key over (nothing committed, for the
-    /// transactional stores), or a database error.
-    pub async fn commit(self, end: PhaseEnd<'_>) -> Result<Stored> {
-        match (self, end) {
-            (Phase::Bare(tx), _) => {
-                match tx {
-                    BareTx::Sqlite(tx) => tx.commit().await.context("commit")?,
-                    #[cfg(feature = "postgres")]
-                    BareTx::Postgres(tx) => tx.commit().await.context("commit")?,
-                }
-                Ok(Stored::ByLayer)
+fn order_from<R: Row>(r: &R) -> sqlx::Result<Order>
+where
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let items: String = r.try_get("items")?;
+    Ok(Order {
+        id: r.try_get("id")?,
+        items: serde_json::from_str(&items).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+macro_rules! business_db {
+    ($db:ty) => {
+        #[async_trait::async_trait]
+        impl BusinessDb for $db {
+            async fn insert_payment(
+                c: &mut <$db as sqlx::Database>::Connection,
+                p: &NewPayment<'_>,
+            ) -> sqlx::Result<()> {
+                sqlx::query(INSERT_PAYMENT)
+                    .bind(p.id)
+                    .bind(p.scope)
+                    .bind(p.key)
+                    .bind(p.amount)
+                    .bind(p.currency)
+                    .bind(p.source)
+                    .bind(p.description)
+                    .bind(p.created_at)
+                    .execute(c)
+                    .await
+                    .map(drop)
             }
-            (Phase::Plain { tx, ctx }, PhaseEnd::Intent(rp)) => {
-                ctx.checkpoint(rp).await.map_err(store_err)?;
-                tx.commit().await.context("commit phase")?;
-                Ok(Stored::InTransaction)
+            async fn set_charge(
+                c: &mut <$db as sqlx::Database>::Connection,
+                scope: &str,
+                id: &str,
+                charge_id: Option<&str>,
+                status: &str,
+            ) -> sqlx::Result<()> {
+                sqlx::query(SET_CHARGE)
+                    .bind(charge_id)
+                    .bind(status)
+                    .bind(scope)
+                    .bind(id)
+                    .execute(c)
+                    .await
+                    .map(drop)
             }
-            (Phase::Plain { tx, ctx }, PhaseEnd::CompleteWithIntent(rp, ..)) => {
-                ctx.checkpoint(rp).await.map_err(store_err)?;
-                tx.commit().await.context("commit phase")?;
-                Ok(Stored::ByLayer)
+            async fn set_receipt(
+                c: &mut <$db as sqlx::Database>::Connection,
+                scope: &str,
+                id: &str,
+                receipt_id: &str,
+            ) -> sqlx::Result<()> {
+                sqlx::query(SET_RECEIPT)
+                    .bind(receipt_id)
+                    .bind(scope)
+                    .bind(id)
+                    .execute(c)
+                    .await
+                    .map(drop)
             }
-            (phase, PhaseEnd::Intent(rp)) => Box::pin(phase.commit(PhaseEnd::Checkpoint(rp))).await,
-            (phase, PhaseEnd::CompleteWithIntent(_, r, retention)) => {
-                Box::pin(phase.commit(PhaseEnd::Complete(r, retention))).await
+            async fn payment(
+                c: &mut <$db as sqlx::Database>::Connection,
+                scope: &str,
+                id: &str,
+            ) -> sqlx::Result<Option<Payment>> {
+                let row = sqlx::query(SELECT_PAYMENT_BY_ID)
+                    .bind(scope)
+                    .bind(id)
+                    .fetch_optional(c)
+                    .await?;
+                row.as_ref()
+                    .map(|r| payment_from(r).map_err(|e| sqlx::Error::Decode(e.into())))
+                    .transpose()
             }
-            (Phase::Sqlite(p), PhaseEnd::Checkpoint(rp)) => p
-                .checkpoint(rp)
-                .await
-                .map_err(store_err)
-                .map(|_| Stored::InTransaction),
-            (Phase::Sqlite(p), PhaseEnd::Complete(r, retention)) => p
-                .complete(r, retention)
-                .await
-                .map_err(store_err)
-                .map(|_| Stored::InTransaction),
-            #[cfg(feature = "postgres")]
-            (Phase::Postgres(p), PhaseEnd::Checkpoint(rp)) => p
-                .checkpoint(rp)
-                .await
-                .map_err(store_err)
-                .map(|_| Stored::InTransaction),
-            #[cfg(feature = "postgres")]
-            (Phase::Postgres(p), PhaseEnd::Complete(r, retention)) => p
-                .complete(r, retention)
-                .await
-                .map_err(store_err)
-                .map(|_| Stored::InTransaction),
-            (Phase::Plain { tx, ctx }, PhaseEnd::Checkpoint(rp)) => {
-                tx.commit().await.context("commit phase")?;
-                ctx.checkpoint(rp).await.map_err(store_err)?;
-                Ok(Stored::InTransaction)
+            async fn insert_order(
+                c: &mut <$db as sqlx::Database>::Connection,
+                id: &str,
+                scope: &str,
+                key: &str,
+                items: &str,
+                created_at: i64,
+            ) -> sqlx::Result<()> {
+                sqlx::query(INSERT_ORDER)
+                    .bind(id)
+                    .bind(scope)
+                    .bind(key)
+                    .bind(items)
+                    .bind(created_at)
+                    .execute(c)
+                    .await
+                    .map(drop)
             }
-            (Phase::Plain { tx, .. }, PhaseEnd::Complete(..)) => {
-                tx.commit().await.context("commit phase")?;
-                Ok(Stored::ByLayer)
+            async fn order(
+                c: &mut <$db as sqlx::Database>::Connection,
+                scope: &str,
+                id: &str,
+            ) -> sqlx::Result<Option<Order>> {
+                let row = sqlx::query(SELECT_ORDER_BY_ID)
+                    .bind(scope)
+                    .bind(id)
+                    .fetch_optional(c)
+                    .await?;
+                row.as_ref().map(order_from).transpose()
             }
         }
-    }
+    };
 }
+
+business_db!(sqlx::Sqlite);
+#[cfg(feature = "postgres")]
+business_db!(sqlx::Postgres);

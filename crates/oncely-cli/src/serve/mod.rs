@@ -73,15 +73,16 @@ impl std::fmt::Display for StoreUrl {
     }
 }
 
-/// Which phase mechanism the handlers use.
+/// The store the handlers' transactions run on ([`oncely_sqlx::SqlStore`]).
+#[derive(Clone)]
 pub enum Backend {
-    /// Transactional phases in the SQLite key store's database.
+    /// The SQLite key store's database holds the business tables: one commit per phase.
     Sqlite(oncely_sqlite::SqliteStore),
-    /// Transactional phases in the PostgreSQL key store's database.
+    /// The PostgreSQL key store's database holds the business tables: one commit per phase.
     #[cfg(feature = "postgres")]
     Postgres(oncely_postgres::PostgresStore),
-    /// Business data in embedded SQLite, recovery points recorded in the key store after.
-    Plain,
+    /// Keys in the memory or Redis store, business data in an embedded SQLite database.
+    Split(oncely_sqlx::Split<sqlx::Sqlite>),
 }
 
 /// The opened key store, its phase mechanism and the business database.
@@ -117,12 +118,21 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
             .context("open the embedded business database")?;
         Ok(Db::Sqlite(pool))
     }
+    fn split(store: Arc<dyn KeyStore>, db: Db) -> Opened {
+        #[allow(clippy::infallible_destructuring_match)]
+        let pool = match &db {
+            Db::Sqlite(pool) => pool.clone(),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => unreachable!("the embedded business database is SQLite"),
+        };
+        Opened {
+            backend: Backend::Split(oncely_sqlx::Split::new(store.clone(), pool)),
+            store,
+            db,
+        }
+    }
     let opened = match url {
-        StoreUrl::Memory => Opened {
-            store: Arc::new(MemoryStore::new()),
-            backend: Backend::Plain,
-            db: plain_db(business_path).await?,
-        },
+        StoreUrl::Memory => split(Arc::new(MemoryStore::new()), plain_db(business_path).await?),
         StoreUrl::Sqlite(path) => {
             let store = oncely_sqlite::SqliteStore::connect(&sqlite_url(path))
                 .await
@@ -152,15 +162,14 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
                 db,
             }
         }
-        StoreUrl::Redis(u) => Opened {
-            store: Arc::new(
+        StoreUrl::Redis(u) => split(
+            Arc::new(
                 oncely_redis::RedisStore::connect(u)
                     .await
                     .context("connect to the Redis key store")?,
             ),
-            backend: Backend::Plain,
-            db: plain_db(Some(business_path.unwrap_or("oncely-business.sqlite3"))).await?,
-        },
+            plain_db(Some(business_path.unwrap_or("oncely-business.sqlite3"))).await?,
+        ),
     };
     opened
         .db
@@ -218,7 +227,6 @@ pub struct App {
 
 struct Inner {
     store: Arc<dyn KeyStore>,
-    backend: Backend,
     db: Db,
     http: reqwest::Client,
     processor_url: String,
@@ -253,11 +261,6 @@ impl App {
     /// The business database.
     pub fn db(&self) -> &Db {
         &self.inner.db
-    }
-
-    /// How long records are kept.
-    pub fn retention(&self) -> Duration {
-        self.inner.policy.retention
     }
 
     /// Kills the process with SIGKILL if `--crash-after` names this recovery point (testing
@@ -549,15 +552,87 @@ async fn metrics(State(app): State<App>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
-/// Builds the router; `layer` is `None` for the baseline without idempotency.
-pub fn router(app: App, layer: Option<IdempotencyLayer>) -> Router {
-    let writes = Router::new()
-        .route("/v1/payments", post(payments::create_payment))
-        .route("/v1/orders", post(payments::create_order));
-    let writes = match layer {
-        Some(layer) => writes.route_layer(layer),
-        None => writes,
-    };
+/// The write routes, with handlers whose transactions run on store type `S`.
+fn write_routes<S>() -> Router<App>
+where
+    S: oncely_sqlx::SqlStore,
+    S::Database: db::BusinessDb,
+{
+    Router::new()
+        .route("/v1/payments", post(payments::create_payment::<S>))
+        .route("/v1/orders", post(payments::create_order::<S>))
+}
+
+/// `serve --idempotency off`: the same handlers on a plain transaction, with no claim.
+async fn unclaimed<DB: sqlx::Database>(
+    State(pool): State<sqlx::Pool<DB>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let scope = req
+        .extensions()
+        .get::<Scope>()
+        .cloned()
+        .unwrap_or_else(|| Scope::new("anonymous"));
+    let key = IdempotencyKey::from_header_values(
+        req.headers()
+            .get_all("idempotency-key")
+            .iter()
+            .map(HeaderValue::as_bytes),
+    )
+    .or_else(|_| IdempotencyKey::new(&uuid::Uuid::new_v4().to_string()))
+    .expect("a UUID is a valid key");
+    let id = RecordKey::new(scope, key);
+    if let Err(e) = oncely_sqlx::unclaimed::attach_unclaimed(&pool, id, req.extensions_mut()).await
+    {
+        return e.into_response();
+    }
+    next.run(req).await
+}
+
+/// The write routes over `backend`: behind `layer` (the idempotency layer made for that
+/// backend's store), or, without one, on plain transactions (the benchmark baseline).
+fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
+    use oncely_sqlx::unclaimed::UnclaimedStore;
+    fn plain<DB>(pool: sqlx::Pool<DB>) -> Router<App>
+    where
+        DB: sqlx::Database + db::BusinessDb,
+    {
+        write_routes::<UnclaimedStore<DB>>()
+            .route_layer(middleware::from_fn_with_state(pool, unclaimed::<DB>))
+    }
+    match (backend, layer) {
+        (Backend::Sqlite(_), Some(l)) => {
+            write_routes::<oncely_sqlite::SqliteStore>().route_layer(l)
+        }
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres(_), Some(l)) => {
+            write_routes::<oncely_postgres::PostgresStore>().route_layer(l)
+        }
+        (Backend::Split(_), Some(l)) => {
+            write_routes::<oncely_sqlx::Split<sqlx::Sqlite>>().route_layer(l)
+        }
+        (Backend::Sqlite(s), None) => plain(s.pool().clone()),
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres(s), None) => plain(s.pool().clone()),
+        (Backend::Split(s), None) => plain(s.pool().clone()),
+    }
+}
+
+/// The idempotency layer for `backend`'s store, with `policy`.
+fn layer_for(backend: &Backend, policy: Policy) -> IdempotencyLayer {
+    match backend {
+        Backend::Sqlite(s) => oncely_sqlx::layer(s.clone(), policy),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(s) => oncely_sqlx::layer(s.clone(), policy),
+        Backend::Split(s) => oncely_sqlx::layer(s.clone(), policy),
+    }
+}
+
+/// Builds the router; `layer` (made by [`layer_for`] for `backend`) is `None` for the baseline
+/// without idempotency.
+pub fn router(app: App, backend: &Backend, layer: Option<IdempotencyLayer>) -> Router {
+    let writes = writes(backend, layer);
     Router::new()
         .merge(writes)
         .route("/v1/payments", get(list_payments))
@@ -580,11 +655,10 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
         .validate()
         .context("invalid idempotency policy")?;
     let opened = open(&cfg.store, cfg.business_path.as_deref()).await?;
-    let layer = IdempotencyLayer::new(opened.store.clone()).with_policy(cfg.policy.clone());
+    let layer = layer_for(&opened.backend, cfg.policy.clone());
     let app = App {
         inner: Arc::new(Inner {
             store: opened.store,
-            backend: opened.backend,
             db: opened.db,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
@@ -598,7 +672,11 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
             orphaned: AtomicU64::new(0),
         }),
     };
-    let router = router(app.clone(), (!cfg.idempotency_off).then_some(layer));
+    let router = router(
+        app.clone(),
+        &opened.backend,
+        (!cfg.idempotency_off).then_some(layer),
+    );
     Ok((app, router))
 }
 

@@ -2,30 +2,30 @@
 //!
 //! `POST /v1/payments` is a multi-step request split into atomic phases at each outside call:
 //!
-//! | recovery point | committed with it | next step |
+//! | phase | commits together | then |
 //! |---|---|---|
-//! | (none) | — | record the payment |
-//! | `payment_recorded` | the payment row (`pending`) | charge at the card processor |
-//! | `charge_created` | the charge id (`succeeded`) | send the receipt through the mailer |
-//! | `receipt_sent` | the receipt id | store the response |
+//! | 1 | the claim, the payment row (`pending`), step [`PaymentStep::Recorded`] | charge at the card processor |
+//! | 2 | the charge (`succeeded`), step [`PaymentStep::Charged`]; or, declined, the stored `402` | send the receipt through the mailer |
+//! | 3 | the receipt id and the stored `201` | — |
 //!
-//! Each outside call carries an idempotency key derived from ours (and the scope), so a retry
-//! that resumes at a recovery point never repeats an outside call that already succeeded, and
-//! even a repeated call is collapsed by the outside system.
+//! Each handler takes an [`oncely_sqlx::Tx`] that already holds its claim; a failed step rolls
+//! back ([`TxError`] renders the answer), and a retry after a crash resumes at the last committed
+//! step ([`Tx::resume_from`]). Each outside call carries an idempotency key derived from ours
+//! ([`oncely_sqlx::derived_key`]), so a resumed request never repeats an outside call whose step
+//! committed, and even a repeated call is collapsed by the outside system.
 
 use super::App;
-use super::db::{FencedError, NewPayment, Phase, PhaseEnd, Stored};
-use anyhow::{Result, anyhow};
-use axum::Extension;
+use super::db::{BusinessDb, NewPayment, Payment};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use oncely_core::{Clock, Scope, SystemClock};
-use oncely_tower::{HandlerOutcome, IdempotencyContext};
-use serde::Deserialize;
+use oncely_sqlx::{SqlStore, Tx, TxError};
+use oncely_tower::HandlerOutcome;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 /// A problem+json response that the layer must not store: nothing was executed (validation
 /// failed before any effect), so the key is released and the client may correct and retry.
@@ -50,43 +50,6 @@ pub fn not_executed(
     }
     resp.extensions_mut().insert(HandlerOutcome::NotExecuted);
     resp
-}
-
-/// Maps a failure in the middle of a multi-step request: the request is suspended at its last
-/// committed recovery point (the record stays in flight with a lapsed lease), so the client's
-/// retry with the same key resumes there and never repeats an outside call that succeeded.
-fn failure(e: anyhow::Error) -> Response {
-    let mut resp = if e.downcast_ref::<FencedError>().is_some() {
-        not_executed(
-            StatusCode::CONFLICT,
-            "idempotency_request_in_flight",
-            "another attempt took this idempotency key over; retry to get its result",
-            json!({}),
-        )
-    } else {
-        // The full error (addresses, driver messages) goes to the log, not to the client.
-        tracing::warn!(error = %format!("{e:#}"), "request suspended at its recovery point; a retry resumes it");
-        not_executed(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "upstream_unavailable",
-            "a system this request depends on failed part-way; the request stopped at its last completed step: retry it with the same Idempotency-Key to resume there",
-            json!({}),
-        )
-    };
-    resp.extensions_mut().insert(HandlerOutcome::Suspended);
-    resp
-}
-
-/// A stable idempotency key for an outside call, derived from the scope, the payment (one per
-/// logical request: a key reused after the replay window makes a new payment) and the step,
-/// so every retry and resumption of one logical request sends the same key.
-pub fn derived_key_for(scope: &str, payment_id: &str, step: &str) -> String {
-    let mut h = Sha256::new();
-    for part in [scope, payment_id, step] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part.as_bytes());
-    }
-    format!("oncely-{step}-{}", &hex::encode(h.finalize())[..32])
 }
 
 #[derive(Debug, Deserialize)]
@@ -206,7 +169,7 @@ fn validate_payment(body: &Bytes) -> Result<ValidPayment, Response> {
     let source = req
         .source
         .as_str()
-        .filter(|s| !s.is_empty() && s.len() <= 255)
+        .filter(|s| !s.is_empty() && s.chars().count() <= 255)
         .map(str::to_owned);
     if source.is_none() {
         errors.push(json!({"field": "source", "detail": "a card token, 1 to 255 characters"}));
@@ -234,101 +197,120 @@ fn validate_payment(body: &Bytes) -> Result<ValidPayment, Response> {
     }
 }
 
-/// The response and its stored form, built from the same bytes.
-fn respond(
-    status: StatusCode,
-    body: &Value,
-    location: Option<String>,
-) -> (Response, oncely_core::StoredResponse) {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if let Some(loc) = location.and_then(|l| HeaderValue::from_str(&l).ok()) {
-        headers.insert(header::LOCATION, loc);
-    }
-    let stored = oncely_tower::stored_response(status, &headers, &bytes);
-    let mut resp = (status, bytes).into_response();
-    resp.headers_mut().extend(headers);
-    (resp, stored)
+/// Where a payment stands: its typed recovery point. Every step carries the payment's id, so a
+/// resumed request finds its own row even when an earlier request with the same key (before the
+/// replay window ended) left one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum PaymentStep {
+    /// The payment row is recorded (`pending`); next, the charge.
+    Recorded {
+        /// The payment's id.
+        payment: String,
+    },
+    /// The charge succeeded and is recorded; next, the receipt.
+    Charged {
+        /// The payment's id.
+        payment: String,
+    },
 }
 
-fn mark(mut resp: Response, stored: Stored) -> Response {
-    if stored == Stored::InTransaction {
-        resp.extensions_mut().insert(HandlerOutcome::AlreadyStored);
+impl PaymentStep {
+    fn payment(&self) -> &str {
+        match self {
+            Self::Recorded { payment } | Self::Charged { payment } => payment,
+        }
+    }
+}
+
+/// The step of a single-phase order: names the order this attempt created, so a resumed
+/// request (on a store that cannot commit the response with the row) answers with the same
+/// order instead of creating a second one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum OrderStep {
+    /// The order row is recorded.
+    Recorded {
+        /// The order's id.
+        order: String,
+    },
+}
+
+/// How a request that ran can fail: in its database phase, or at an outside system.
+enum Failure {
+    /// A phase failed; it rolled back.
+    Tx(TxError),
+    /// An outside system failed part-way: the request stops at its last committed step (the
+    /// layer keeps it in flight there with its lease cut short), and a retry with the same
+    /// key resumes there.
+    Upstream(String),
+}
+
+impl From<TxError> for Failure {
+    fn from(e: TxError) -> Self {
+        Self::Tx(e)
+    }
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Tx(e.into())
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Tx(e) => e.into_response(),
+            Self::Upstream(why) => {
+                // The full error (addresses) goes to the log, not to the client.
+                tracing::warn!(error = %why, "request suspended at its recovery point; a retry resumes it");
+                not_executed(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "upstream_unavailable",
+                    "a system this request depends on failed part-way; the request stopped at its last completed step: retry it with the same Idempotency-Key to resume there",
+                    json!({}),
+                )
+            }
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value, location: Option<String>) -> Response {
+    let mut resp = (status, Json(body)).into_response();
+    if let Some(loc) = location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+        resp.headers_mut().insert(header::LOCATION, loc);
     }
     resp
 }
 
-/// Where a payment stands: the recovery point names the step and carries the payment's id
-/// (`payment_recorded:pay_…`), so a resumed request finds its own row even when an earlier
-/// request with the same key (before the replay window ended) left one.
-fn parse_recovery_point(rp: Option<&str>) -> (u8, Option<String>) {
-    let Some((step, id)) = rp.and_then(|rp| rp.split_once(':')) else {
-        return (0, None);
-    };
-    let step = match step {
-        "payment_recorded" => 1,
-        "charge_created" => 2,
-        "receipt_sent" => 3,
-        _ => return (0, None),
-    };
-    (step, Some(id.to_owned()))
+/// The answer to a declined card: a problem+json that is a result (stored and replayed).
+fn declined(payment: &Payment) -> Response {
+    let body = json!({
+        "type": "urn:oncely:problem:card_declined", "title": "Card declined", "status": 402,
+        "detail": "the card processor declined the charge", "code": "card_declined",
+        "retryable": false, "payment": payment,
+    });
+    (
+        StatusCode::PAYMENT_REQUIRED,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
-/// The later of the recovery point and what the row itself shows (with the memory or Redis
-/// key store a phase's business write commits just before its recovery point is recorded).
-fn progress(step: u8, payment: &super::db::Payment) -> u8 {
-    let from_row = if payment.receipt_id.is_some() {
-        3
-    } else if payment.charge_id.is_some() || payment.status == "declined" {
-        2
-    } else {
-        1
-    };
-    step.max(from_row)
-}
-
-/// Who is asking and under which claim. Without the idempotency layer (`serve --idempotency
-/// off`, the benchmark baseline) there is no claim: the same handlers run with plain
-/// transactions and no recovery point.
-pub struct Caller {
-    scope: String,
-    key: String,
-    ctx: Option<IdempotencyContext>,
-}
-
-impl Caller {
-    fn new(scope: &Scope, headers: &HeaderMap, ctx: Option<IdempotencyContext>) -> Self {
-        let key = match &ctx {
-            Some(c) => c.id.key.as_str().to_owned(),
-            None => headers
-                .get("idempotency-key")
-                .and_then(|v| v.to_str().ok())
-                .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned),
-        };
-        Self {
-            scope: scope.as_str().to_owned(),
-            key,
-            ctx,
-        }
-    }
-
-    fn recovery_point(&self) -> Option<&str> {
-        self.ctx.as_ref().and_then(|c| c.recovery_point.as_deref())
-    }
-}
-
-/// `POST /v1/payments`.
-pub async fn create_payment(
+/// `POST /v1/payments`, for any store the server runs on.
+pub async fn create_payment<S>(
     State(app): State<App>,
     Extension(scope): Extension<Scope>,
     headers: HeaderMap,
-    ctx: Option<IdempotencyContext>,
+    tx: Tx<S>,
     body: Bytes,
-) -> Response {
+) -> Response
+where
+    S: SqlStore,
+    S::Database: BusinessDb,
+{
     if let Err(resp) = require_json(&headers) {
         return resp;
     }
@@ -336,163 +318,154 @@ pub async fn create_payment(
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let caller = Caller::new(&scope, &headers, ctx);
-    match run_payment(&app, &caller, &req).await {
-        Ok(resp) => resp,
-        Err(e) => failure(e),
+    run_payment(&app, &scope, tx, &req)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// How far a payment got, by what its row shows (a step whose writes a split store's crash
+/// lost counts as not done).
+fn done(payment: Option<&Payment>) -> u8 {
+    match payment {
+        None => 0,
+        Some(p) if p.receipt_id.is_some() => 3,
+        Some(p) if p.charge_id.is_some() || p.status == "declined" => 2,
+        Some(_) => 1,
     }
 }
 
-async fn run_payment(app: &App, ctx: &Caller, req: &ValidPayment) -> Result<Response> {
-    let scope = ctx.scope.as_str();
-    let key = ctx.key.as_str();
-    let (step, id) = parse_recovery_point(ctx.recovery_point());
-    // Only a resumed request has a row to find: a fresh id costs no read.
-    let (id, existing) = match id {
-        Some(id) => {
-            let existing = app.db().payment_by_id(scope, &id).await?;
-            (id, existing)
-        }
-        None => (format!("pay_{}", uuid::Uuid::now_v7().simple()), None),
+async fn run_payment<S>(
+    app: &App,
+    scope: &Scope,
+    mut tx: Tx<S>,
+    req: &ValidPayment,
+) -> Result<Response, Failure>
+where
+    S: SqlStore,
+    S::Database: BusinessDb,
+{
+    let scope = scope.as_str();
+    let key = tx.id().key.as_str().to_owned();
+    let step = tx.resume_from::<PaymentStep>()?;
+    let id = step.as_ref().map_or_else(
+        || format!("pay_{}", uuid::Uuid::now_v7().simple()),
+        |s| s.payment().to_owned(),
+    );
+    // Only a resumed request has a row to read: a fresh one costs no read.
+    let mut payment = match &step {
+        Some(_) => S::Database::payment(&mut tx, scope, &id).await?,
+        None => None,
     };
 
-    // Phase 1: record the payment. The intent (its id) is recorded with it, so a retry
+    // Phase 1: the payment row, committed with the claim and the intent (its id), so a retry
     // after a crash resumes with the same payment, never a second one.
-    let mut payment = match existing {
-        Some(p) => p,
-        None => {
-            let mut phase = app.begin_phase(ctx).await?;
-            phase
-                .insert_payment(&NewPayment {
-                    id: &id,
-                    scope,
-                    key,
-                    amount: req.amount,
-                    currency: &req.currency,
-                    source: &req.source,
-                    description: req.description.as_deref(),
-                    created_at: SystemClock.now_millis(),
-                })
-                .await?;
-            let rp = format!("payment_recorded:{id}");
-            phase.commit(PhaseEnd::Intent(&rp)).await?;
-            app.crash_point("payment_recorded");
-            app.db()
-                .payment_by_id(scope, &id)
-                .await?
-                .ok_or_else(|| anyhow!("payment row missing after it was recorded"))?
-        }
-    };
-    let step = progress(step, &payment);
+    if payment.is_none() {
+        let p = NewPayment {
+            id: &id,
+            scope,
+            key: &key,
+            amount: req.amount,
+            currency: &req.currency,
+            source: &req.source,
+            description: req.description.as_deref(),
+            created_at: SystemClock.now_millis(),
+        };
+        S::Database::insert_payment(&mut tx, &p).await?;
+        payment = Some(Payment {
+            id: id.clone(),
+            amount: p.amount,
+            currency: p.currency.to_owned(),
+            status: "pending".into(),
+            charge_id: None,
+            description: p.description.map(str::to_owned),
+            source: p.source.to_owned(),
+            receipt_id: None,
+            created_at: p.created_at,
+        });
+    }
+    let mut payment = payment.expect("read or recorded above");
+    let progress = done(Some(&payment));
+    if progress == 2 && payment.status == "declined" {
+        // Declined, and the answer was not stored before a crash: answer the decline.
+        return Ok(tx.commit(declined(&payment)).await?);
+    }
+    // Commit phase 1 (on a takeover this also commits the new claim) before the outside call.
+    let recorded = step.clone().unwrap_or(PaymentStep::Recorded {
+        payment: id.clone(),
+    });
+    let between = tx.checkpoint(&recorded).await?;
+    if step.is_none() {
+        app.crash_point("payment_recorded");
+    }
     let metadata = json!({"account": scope, "idempotency_key": key, "payment": id});
 
     // Phase 2: charge the card (the processor collapses repeats of our derived key).
-    if step < 2 {
+    if progress < 2 {
         let charge = app
             .outside_call(
                 "charges",
-                &derived_key_for(scope, &id, "charge"),
+                &oncely_sqlx::derived_key(between.id(), &id, "charge"),
                 json!({"amount": payment.amount, "currency": payment.currency, "source": payment.source, "metadata": metadata}),
             )
-            .await?;
-        let mut phase = app.begin_phase(ctx).await?;
-        let rp = format!("charge_created:{id}");
+            .await
+            .map_err(|e| Failure::Upstream(format!("{e:#}")))?;
+        let mut tx = between.begin().await?;
         if charge.0 == 402 {
-            phase.set_charge(scope, &id, None, "declined").await?;
+            S::Database::set_charge(&mut tx, scope, &id, None, "declined").await?;
             payment.status = "declined".into();
-            let body = json!({
-                "type": "urn:oncely:problem:card_declined",
-                "title": "Card declined",
-                "status": 402,
-                "detail": "the card processor declined the charge",
-                "code": "card_declined",
-                "retryable": false,
-                "payment": payment,
-            });
-            let (resp, stored) = respond_problem(StatusCode::PAYMENT_REQUIRED, &body);
-            let how = phase
-                .commit(PhaseEnd::Complete(stored, app.retention()))
-                .await?;
+            let resp = tx.commit(declined(&payment)).await?;
             app.crash_point("response_stored");
-            return Ok(mark(resp, how));
+            return Ok(resp);
         }
         if charge.0 != 201 {
-            return Err(anyhow!("the card processor answered {}", charge.0));
+            return Err(Failure::Upstream(format!(
+                "the card processor answered {}",
+                charge.0
+            )));
         }
         let charge_id = charge.1["id"].as_str().unwrap_or_default().to_owned();
-        phase
-            .set_charge(scope, &id, Some(&charge_id), "succeeded")
-            .await?;
-        phase.commit(PhaseEnd::Checkpoint(&rp)).await?;
+        S::Database::set_charge(&mut tx, scope, &id, Some(&charge_id), "succeeded").await?;
+        tx.checkpoint(&PaymentStep::Charged {
+            payment: id.clone(),
+        })
+        .await?;
         app.crash_point("charge_created");
         payment.charge_id = Some(charge_id);
         payment.status = "succeeded".into();
     }
 
-    // A declined payment that crashed before its response was stored: answer the decline.
-    if payment.status == "declined" {
-        let body = json!({
-            "type": "urn:oncely:problem:card_declined", "title": "Card declined", "status": 402,
-            "detail": "the card processor declined the charge", "code": "card_declined",
-            "retryable": false, "payment": payment,
-        });
-        let (resp, stored) = respond_problem(StatusCode::PAYMENT_REQUIRED, &body);
-        let phase = app.begin_phase(ctx).await?;
-        let how = phase
-            .commit(PhaseEnd::Complete(stored, app.retention()))
-            .await?;
-        return Ok(mark(resp, how));
-    }
-
-    // Phase 3: send the receipt.
-    if step < 3 {
+    // Phase 3: send the receipt, then record it with the stored response (one commit).
+    let mut tx = between.begin().await?;
+    if progress < 3 {
         let email = app
             .outside_call(
                 "emails",
-                &derived_key_for(scope, &id, "receipt"),
+                &oncely_sqlx::derived_key(between.id(), &id, "receipt"),
                 json!({"to": scope, "subject": format!("Receipt for {id}"), "payment": id, "metadata": metadata}),
             )
-            .await?;
+            .await
+            .map_err(|e| Failure::Upstream(format!("{e:#}")))?;
         if email.0 != 202 {
-            return Err(anyhow!("the mailer answered {}", email.0));
+            return Err(Failure::Upstream(format!(
+                "the mailer answered {}",
+                email.0
+            )));
         }
         let receipt_id = email.1["id"].as_str().unwrap_or_default().to_owned();
-        let mut phase = app.begin_phase(ctx).await?;
-        phase.set_receipt(scope, &id, &receipt_id).await?;
-        let rp = format!("receipt_sent:{id}");
-        phase.commit(PhaseEnd::Checkpoint(&rp)).await?;
-        app.crash_point("receipt_sent");
+        S::Database::set_receipt(&mut tx, scope, &id, &receipt_id).await?;
+        payment.receipt_id = Some(receipt_id);
     }
-
-    // The last phase: the response, built from the committed row, stored with it.
-    let payment = app
-        .db()
-        .payment_by_id(scope, &id)
-        .await?
-        .ok_or_else(|| anyhow!("payment row missing"))?;
-    let (resp, stored) = respond(
-        StatusCode::CREATED,
-        &serde_json::to_value(&payment)?,
-        Some(format!("/v1/payments/{id}")),
-    );
-    let phase = app.begin_phase(ctx).await?;
-    let how = phase
-        .commit(PhaseEnd::Complete(stored, app.retention()))
+    let resp = tx
+        .commit(json_response(
+            StatusCode::CREATED,
+            &serde_json::to_value(&payment).map_err(TxError::from)?,
+            Some(format!("/v1/payments/{id}")),
+        ))
         .await?;
+    app.crash_point("receipt_sent");
     app.crash_point("response_stored");
     app.payment_created();
-    Ok(mark(resp, how))
-}
-
-/// A problem+json response that is a result (stored and replayed), e.g. a card decline.
-fn respond_problem(status: StatusCode, body: &Value) -> (Response, oncely_core::StoredResponse) {
-    let (mut resp, stored) = respond(status, body, None);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    let stored = oncely_tower::stored_response(status, resp.headers(), &stored.body);
-    (resp, stored)
+    Ok(resp)
 }
 
 #[derive(Debug, Deserialize)]
@@ -501,15 +474,17 @@ struct OrderRequest {
     items: Vec<Value>,
 }
 
-/// `POST /v1/orders`: one transactional phase.
-pub async fn create_order(
-    State(app): State<App>,
+/// `POST /v1/orders`: one phase, one commit (the claim, the order and the stored response).
+pub async fn create_order<S>(
     Extension(scope): Extension<Scope>,
     headers: HeaderMap,
-    ctx: Option<IdempotencyContext>,
+    mut tx: Tx<S>,
     body: Bytes,
-) -> Response {
-    let ctx = Caller::new(&scope, &headers, ctx);
+) -> Response
+where
+    S: SqlStore,
+    S::Database: BusinessDb,
+{
     if let Err(resp) = require_json(&headers) {
         return resp;
     }
@@ -546,87 +521,43 @@ pub async fn create_order(
     if !errors.is_empty() {
         return invalid(errors);
     }
-    let result: Result<Response> = async {
-        // A resumed request (its first attempt died before the response was stored) keeps the
-        // order id it recorded as its intent.
-        let resumed = ctx
-            .recovery_point()
-            .and_then(|rp| rp.strip_prefix("order_recorded:"));
-        let id = match resumed {
-            Some(id) => id.to_owned(),
-            None => format!("ord_{}", uuid::Uuid::now_v7().simple()),
+    let result: Result<Response, Failure> = async {
+        let key = tx.id().key.as_str().to_owned();
+        let resumed = tx.resume_from::<OrderStep>()?;
+        let (id, existing) = match resumed {
+            // A resumed request (its first attempt died before the response was stored, on a
+            // split store) keeps the order it recorded, and answers with its row.
+            Some(OrderStep::Recorded { order }) => {
+                let existing = S::Database::order(&mut tx, scope.as_str(), &order).await?;
+                (order, existing)
+            }
+            None => (format!("ord_{}", uuid::Uuid::now_v7().simple()), None),
         };
         let created_at = SystemClock.now_millis();
         let items = Value::Array(items);
-        let mut phase = app.begin_phase(&ctx).await?;
-        phase
-            .insert_order(&id, &ctx.scope, &ctx.key, &items.to_string(), created_at)
-            .await?;
-        // A resumed request answers with the row its first attempt wrote; a fresh one knows its
-        // row already (no read on the hot path).
-        let existing = match resumed {
-            Some(_) => phase.order(&ctx.scope, &id).await?,
-            None => None,
-        };
+        S::Database::insert_order(
+            &mut tx,
+            &id,
+            scope.as_str(),
+            &key,
+            &items.to_string(),
+            created_at,
+        )
+        .await?;
+        // A fresh request knows its row already (no read on the hot path).
         let order = match existing {
-            Some(existing) => serde_json::to_value(existing)?,
+            Some(existing) => serde_json::to_value(existing).map_err(TxError::from)?,
             None => json!({"id": id, "items": items, "created_at": created_at}),
         };
-        let (resp, stored) = respond(
+        let resp = json_response(
             StatusCode::CREATED,
             &order,
             Some(format!("/v1/orders/{id}")),
         );
-        let rp = format!("order_recorded:{id}");
-        let how = phase
-            .commit(PhaseEnd::CompleteWithIntent(&rp, stored, app.retention()))
-            .await?;
-        Ok(mark(resp, how))
+        Ok(tx
+            .commit_as(&OrderStep::Recorded { order: id }, resp)
+            .await?)
     }
     .await;
-    result.unwrap_or_else(failure)
-}
-
-impl App {
-    /// Begins one atomic phase for the owner of the caller's claim (a plain transaction when
-    /// there is no claim: the baseline without the layer).
-    pub async fn begin_phase(&self, caller: &Caller) -> Result<Phase> {
-        let Some(ctx) = &caller.ctx else {
-            return Ok(Phase::Bare(match &self.inner.db {
-                super::db::Db::Sqlite(pool) => super::db::BareTx::Sqlite(pool.begin().await?),
-                #[cfg(feature = "postgres")]
-                super::db::Db::Postgres(pool) => super::db::BareTx::Postgres(pool.begin().await?),
-            }));
-        };
-        let map = |e: oncely_core::StoreError| match e {
-            oncely_core::StoreError::Fenced => anyhow!(FencedError),
-            other => anyhow!(other),
-        };
-        Ok(match &self.inner.backend {
-            super::Backend::Sqlite(s) => Phase::Sqlite(
-                s.begin_phase(&ctx.id, ctx.token, ctx.lease)
-                    .await
-                    .map_err(map)?,
-            ),
-            #[cfg(feature = "postgres")]
-            super::Backend::Postgres(s) => Phase::Postgres(
-                s.begin_phase(&ctx.id, ctx.token, ctx.lease)
-                    .await
-                    .map_err(map)?,
-            ),
-            super::Backend::Plain => {
-                // Infallible only when built without PostgreSQL.
-                #[allow(clippy::infallible_destructuring_match)]
-                let pool = match &self.inner.db {
-                    super::db::Db::Sqlite(pool) => pool,
-                    #[cfg(feature = "postgres")]
-                    _ => return Err(anyhow!("plain phases need an SQLite business database")),
-                };
-                Phase::Plain {
-                    tx: pool.begin().await?,
-                    ctx: ctx.clone(),
-                }
-            }
-        })
-    }
+    result.unwrap_or_else(IntoResponse::into_response)
 }
