@@ -490,3 +490,34 @@ async fn the_baseline_without_the_layer_serves_the_same_endpoints() {
     let orders = get_json(&format!("{}/v1/orders", s.url), "acct_b").await;
     assert_eq!(orders["data"].as_array().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn a_value_the_database_refuses_ends_the_request_with_a_final_answer() {
+    // Issue 14, item 1: PostgreSQL refuses U+0000 in text. That is a final answer (422, not
+    // retryable), never a 503 "retry to resume" that leaves the key in flight for ever: the
+    // phase rolled back with the claim, so the key is free and nothing stays in flight.
+    let Ok(url) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
+        eprintln!(
+            "skipped: ONCELY_TEST_POSTGRES_URL is unset (e.g. postgres://postgres@127.0.0.1:5432/test)"
+        );
+        return;
+    };
+    let s = start(&["serve", "--store", &url]);
+    let account = format!("acct_nul_{}", std::process::id());
+    let pay =
+        r#"{"amount": 100, "currency": "EUR", "source": "tok_visa", "description": "a\u0000b"}"#;
+    for _ in 0..2 {
+        let r = post(&s.url, "/v1/payments", &account, Some("nul-1"), pay).await;
+        assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.json()["code"], "database_refused");
+        assert_eq!(r.json()["retryable"], false);
+        let state = get_json(&format!("{}/v1/idempotency-keys/nul-1", s.url), &account).await;
+        assert_eq!(state["state"], "absent", "{state}");
+    }
+    let list = get_json(&format!("{}/v1/payments", s.url), &account).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 0);
+    // The same key, corrected, runs.
+    let ok = r#"{"amount": 100, "currency": "EUR", "source": "tok_visa", "description": "ab"}"#;
+    let r = post(&s.url, "/v1/payments", &account, Some("nul-1"), ok).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}

@@ -75,7 +75,15 @@ pub fn classify(e: &sqlx::Error) -> DbErrorClass {
         | sqlx::Error::Tls(_) => DbErrorClass::Transient,
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            if let Ok(n) = code.parse::<i32>() {
+            // SQLite's codes are numbers; PostgreSQL's SQLSTATEs are five characters (often
+            // digits too, so the driver decides).
+            #[cfg(feature = "postgres")]
+            let sqlite = db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_none();
+            #[cfg(not(feature = "postgres"))]
+            let sqlite = code.len() != 5;
+            if let Some(n) = code.parse::<i32>().ok().filter(|_| sqlite) {
                 // SQLite: extended result codes; the primary code is the low byte.
                 return match n & 0xff {
                     5 | 6 | 10 | 13 => DbErrorClass::Transient, // BUSY, LOCKED, IOERR, FULL
