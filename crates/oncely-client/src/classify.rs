@@ -27,9 +27,38 @@
 //! | any other response (2xx, 3xx, other 4xx including `422`) | returned as is |
 //! | any other transport error (a bug: bad URL, redirect loop, body error) | [`Verdict::NotRetryable`] |
 //!
+//! # The server's explicit word comes first
+//!
+//! Before the allowlist, an error response (status 400 or above) is checked for an explicit
+//! "retry" or "do not retry" from the server, in this order; **the first one present decides**:
+//!
+//! 1. the problem+json (RFC 9457) extension `retryable` (`true` / `false`), read from a JSON
+//!    body of at most 64 KiB;
+//! 2. the `x-should-retry` header (`true` / `false`), the convention of the Stainless-generated
+//!    SDKs (OpenAI, Anthropic, ...);
+//! 3. the `Stripe-Should-Retry` header (`true` / `false`), Stripe's documented signal;
+//! 4. the caller's [`ResponseClassifier`], if one is set (for a signal this crate does not know);
+//! 5. the allowlist above.
+//!
+//! A malformed value (anything but `true` or `false`, ignoring ASCII case and surrounding
+//! whitespace) counts as absent. What the word does:
+//!
+//! - `false`: the response is returned as is, even a `503` or a `429`.
+//! - `true`: the response is retried if the allowlist retries it, **and also** if its status is
+//!   otherwise not retried (a `500`, a `400`...) but the request is safe to repeat (an
+//!   idempotent method or an idempotency key): like the Stainless SDKs, `x-should-retry: true`
+//!   forces a retry. It never makes an unsafe request retryable: a keyless `POST` answered `500`
+//!   may have run, and is returned as is ([`RetryReason::ServerAsked`] is only ever given to safe
+//!   requests).
+//!
+//! Whatever the word, the attempt limit, the deadline and the retry budget still bound the call.
+//!
 //! ```
-//! use http::{Method, StatusCode};
-//! use oncely_client::classify::{classify, Outcome, Phase, RequestFacts, TransportFailure, Verdict};
+//! use http::{HeaderMap, HeaderValue, Method, StatusCode};
+//! use oncely_client::classify::{
+//!     classify, Outcome, Phase, Problem, RequestFacts, ResponseFacts, RetryReason, Signal,
+//!     TransportFailure, Verdict,
+//! };
 //!
 //! let keyless_post = RequestFacts { method: &Method::POST, has_key: false };
 //! let timeout = Outcome::Transport { phase: Phase::AfterSend, failure: TransportFailure::Timeout };
@@ -38,19 +67,50 @@
 //! let keyed_post = RequestFacts { method: &Method::POST, has_key: true };
 //! assert!(matches!(classify(&keyed_post, &timeout, false), Verdict::Retry(_)));
 //!
-//! let unprocessable = Outcome::Response { status: StatusCode::UNPROCESSABLE_ENTITY, problem: None };
-//! assert_eq!(classify(&keyed_post, &unprocessable, false), Verdict::Done);
+//! let none = HeaderMap::new();
+//! let unprocessable = ResponseFacts::new(StatusCode::UNPROCESSABLE_ENTITY, &none, None);
+//! assert_eq!(classify(&keyed_post, &Outcome::Response(unprocessable), false), Verdict::Done);
+//!
+//! // The precedence: problem+json `retryable`, then x-should-retry, then Stripe-Should-Retry.
+//! let mut headers = HeaderMap::new();
+//! headers.insert("x-should-retry", HeaderValue::from_static("false"));
+//! headers.insert("stripe-should-retry", HeaderValue::from_static("true"));
+//! let unavailable = ResponseFacts::new(StatusCode::SERVICE_UNAVAILABLE, &headers, None);
+//! assert_eq!(classify(&keyed_post, &Outcome::Response(unavailable), false), Verdict::Done);
+//! let retry_me = Problem::from_json(br#"{"retryable": true}"#).unwrap();
+//! let with_problem = ResponseFacts::new(StatusCode::SERVICE_UNAVAILABLE, &headers, Some(&retry_me));
+//! assert!(matches!(classify(&keyed_post, &Outcome::Response(with_problem), false), Verdict::Retry(_)));
+//!
+//! // `true` forces a retry of a status the allowlist does not retry, for a safe request only.
+//! let mut forced = HeaderMap::new();
+//! forced.insert("x-should-retry", HeaderValue::from_static("true"));
+//! let bug = Outcome::Response(ResponseFacts::new(StatusCode::INTERNAL_SERVER_ERROR, &forced, None));
+//! assert_eq!(
+//!     classify(&keyed_post, &bug, false),
+//!     Verdict::Retry(RetryReason::ServerAsked {
+//!         status: StatusCode::INTERNAL_SERVER_ERROR,
+//!         signal: Signal::XShouldRetry,
+//!     })
+//! );
+//! assert_eq!(classify(&keyless_post, &bug, false), Verdict::Done);
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
-use http::{Method, StatusCode};
+use http::{HeaderMap, HeaderName, Method, StatusCode};
 use serde::Deserialize;
 
 use crate::budget::RetryCost;
 
 /// The problem+json `code` of the server's "a request with this key is still running" conflict.
 pub const IN_FLIGHT_CODE: &str = "idempotency_request_in_flight";
+
+/// The Stainless convention's header: `x-should-retry: true|false`.
+pub const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+
+/// Stripe's header: `Stripe-Should-Retry: true|false` (stored lower case, as `http` does).
+pub const STRIPE_SHOULD_RETRY: HeaderName = HeaderName::from_static("stripe-should-retry");
 
 /// When a transport failure happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -94,16 +154,38 @@ impl Problem {
     }
 }
 
+/// A response, as far as classification cares.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct ResponseFacts<'a> {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its headers (for `x-should-retry` and `Stripe-Should-Retry`).
+    pub headers: &'a HeaderMap,
+    /// Its problem+json body, when it had one and it was read.
+    pub problem: Option<&'a Problem>,
+}
+
+impl<'a> ResponseFacts<'a> {
+    /// The facts of one response.
+    pub const fn new(
+        status: StatusCode,
+        headers: &'a HeaderMap,
+        problem: Option<&'a Problem>,
+    ) -> Self {
+        Self {
+            status,
+            headers,
+            problem,
+        }
+    }
+}
+
 /// One attempt's outcome, as far as classification cares.
 #[derive(Clone, Copy, Debug)]
 pub enum Outcome<'a> {
     /// A response arrived.
-    Response {
-        /// Its status.
-        status: StatusCode,
-        /// Its problem+json body, when it had one and it was read.
-        problem: Option<&'a Problem>,
-    },
+    Response(ResponseFacts<'a>),
     /// No response arrived.
     Transport {
         /// When the failure happened.
@@ -111,6 +193,111 @@ pub enum Outcome<'a> {
         /// What it was.
         failure: TransportFailure,
     },
+}
+
+/// Where an explicit "retry" / "do not retry" came from (see the [module docs](self) for the
+/// order in which they are read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Signal {
+    /// The problem+json `retryable` extension.
+    ProblemRetryable,
+    /// The `x-should-retry` header (Stainless convention).
+    XShouldRetry,
+    /// The `Stripe-Should-Retry` header.
+    StripeShouldRetry,
+    /// The caller's [`ResponseClassifier`].
+    Caller,
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ProblemRetryable => "problem+json retryable",
+            Self::XShouldRetry => "x-should-retry",
+            Self::StripeShouldRetry => "Stripe-Should-Retry",
+            Self::Caller => "the caller's classifier",
+        })
+    }
+}
+
+/// The caller's hook: an extra "retry" (`Some(true)`) / "do not retry" (`Some(false)`) signal
+/// read from a response, or `None` for no opinion (the allowlist then decides).
+///
+/// It is read after the server's own signals (problem+json `retryable`, `x-should-retry`,
+/// `Stripe-Should-Retry`) and before the allowlist, only for error responses (status 400 or
+/// above), and obeys the same limits: `Some(true)` retries only a request that is safe to
+/// repeat, within the attempt limit, the deadline and the budget. Set it for every call with
+/// [`crate::OncelyRetry::with_classifier`] or for one with [`crate::CallOptions::with_classifier`].
+///
+/// ```
+/// use oncely_client::classify::ResponseClassifier;
+///
+/// // An API that says "come back later" with its own header.
+/// let hook = ResponseClassifier::new(|r| {
+///     r.headers.get("x-acme-retryable").map(|v| v.as_bytes() == b"yes")
+/// });
+/// # let _ = hook;
+/// ```
+#[derive(Clone)]
+pub struct ResponseClassifier(Arc<ClassifyFn>);
+
+type ClassifyFn = dyn Fn(&ResponseFacts<'_>) -> Option<bool> + Send + Sync;
+
+impl ResponseClassifier {
+    /// Wraps a function from a response's facts to `Some(retry?)` or `None` (no opinion).
+    pub fn new(f: impl Fn(&ResponseFacts<'_>) -> Option<bool> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// Runs the hook.
+    pub fn should_retry(&self, response: &ResponseFacts<'_>) -> Option<bool> {
+        (self.0)(response)
+    }
+}
+
+impl fmt::Debug for ResponseClassifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ResponseClassifier(..)")
+    }
+}
+
+/// Reads a `true` / `false` header (ASCII case and surrounding whitespace ignored); anything
+/// else, or several values, counts as absent.
+pub fn bool_header(headers: &HeaderMap, name: &HeaderName) -> Option<bool> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let value = value.to_str().ok()?.trim();
+    if value.eq_ignore_ascii_case("true") {
+        Some(true)
+    } else if value.eq_ignore_ascii_case("false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// The first explicit word present, in the documented order: problem+json `retryable`,
+/// `x-should-retry`, `Stripe-Should-Retry`, then the caller's hook.
+pub fn explicit_word(
+    response: &ResponseFacts<'_>,
+    caller: Option<&ResponseClassifier>,
+) -> Option<(Signal, bool)> {
+    if let Some(r) = response.problem.and_then(|p| p.retryable) {
+        return Some((Signal::ProblemRetryable, r));
+    }
+    if let Some(r) = bool_header(response.headers, &X_SHOULD_RETRY) {
+        return Some((Signal::XShouldRetry, r));
+    }
+    if let Some(r) = bool_header(response.headers, &STRIPE_SHOULD_RETRY) {
+        return Some((Signal::StripeShouldRetry, r));
+    }
+    caller
+        .and_then(|c| c.should_retry(response))
+        .map(|r| (Signal::Caller, r))
 }
 
 /// The request facts classification depends on.
@@ -156,6 +343,14 @@ pub enum RetryReason {
     InFlight,
     /// A retryable 5xx (`502`, `503`, `504`, or `500` when enabled).
     ServerError(StatusCode),
+    /// A status the allowlist does not retry, on a request safe to repeat, that the server (or
+    /// the caller's hook) explicitly marked retryable.
+    ServerAsked {
+        /// The response status.
+        status: StatusCode,
+        /// Which signal said so.
+        signal: Signal,
+    },
 }
 
 impl RetryReason {
@@ -164,6 +359,9 @@ impl RetryReason {
     pub fn cost(&self) -> RetryCost {
         match self {
             Self::Throttled | Self::InFlight => RetryCost::Throttle,
+            Self::ServerAsked { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS => {
+                RetryCost::Throttle
+            }
             _ => RetryCost::Transient,
         }
     }
@@ -179,6 +377,9 @@ impl fmt::Display for RetryReason {
             Self::RequestTimeout => f.write_str("408 Request Timeout"),
             Self::InFlight => f.write_str("409 idempotency_request_in_flight"),
             Self::ServerError(s) => write!(f, "{s}"),
+            Self::ServerAsked { status, signal } => {
+                write!(f, "{status} marked retryable by {signal}")
+            }
         }
     }
 }
@@ -198,8 +399,19 @@ pub enum Verdict {
 }
 
 /// Classifies one attempt's outcome; `retry_500` enables retrying `500` for requests that are
-/// safe to repeat.
+/// safe to repeat. The same as [`classify_with`] without a caller hook.
 pub fn classify(request: &RequestFacts<'_>, outcome: &Outcome<'_>, retry_500: bool) -> Verdict {
+    classify_with(request, outcome, retry_500, None)
+}
+
+/// Classifies one attempt's outcome with the caller's hook (see the [module docs](self) for the
+/// order of the signals).
+pub fn classify_with(
+    request: &RequestFacts<'_>,
+    outcome: &Outcome<'_>,
+    retry_500: bool,
+    caller: Option<&ResponseClassifier>,
+) -> Verdict {
     let safe = request.safe_to_repeat();
     match *outcome {
         Outcome::Transport { phase, failure } => match (phase, failure) {
@@ -216,55 +428,68 @@ pub fn classify(request: &RequestFacts<'_>, outcome: &Outcome<'_>, retry_500: bo
             }
             (Phase::AfterSend, _) => Verdict::OutcomeUnknown,
         },
-        Outcome::Response { status, problem } => {
-            if problem.and_then(|p| p.retryable) == Some(false) {
-                return Verdict::Done;
+        Outcome::Response(response) => {
+            let allowed = allowlist(&response, safe, retry_500);
+            if response.status.as_u16() < 400 {
+                return allowed;
             }
-            match status {
-                StatusCode::TOO_MANY_REQUESTS => Verdict::Retry(RetryReason::Throttled),
-                StatusCode::REQUEST_TIMEOUT => Verdict::Retry(RetryReason::RequestTimeout),
-                StatusCode::CONFLICT
-                    if problem.and_then(|p| p.code.as_deref()) == Some(IN_FLIGHT_CODE) =>
-                {
-                    Verdict::Retry(RetryReason::InFlight)
-                }
-                StatusCode::SERVICE_UNAVAILABLE => Verdict::Retry(RetryReason::ServerError(status)),
-                StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT if safe => {
-                    Verdict::Retry(RetryReason::ServerError(status))
-                }
-                StatusCode::INTERNAL_SERVER_ERROR if retry_500 && safe => {
-                    Verdict::Retry(RetryReason::ServerError(status))
-                }
-                _ => Verdict::Done,
+            match explicit_word(&response, caller) {
+                Some((_, false)) => Verdict::Done,
+                Some((signal, true)) => match allowed {
+                    Verdict::Retry(_) => allowed,
+                    _ if safe => Verdict::Retry(RetryReason::ServerAsked {
+                        status: response.status,
+                        signal,
+                    }),
+                    _ => allowed,
+                },
+                None => allowed,
             }
         }
     }
 }
 
-/// Whether a response's problem+json body must be read to classify it: a `409` (is it the
-/// in-flight conflict?) or a status that would be retried (does it say `retryable: false`?).
-pub fn needs_problem_body(status: StatusCode) -> bool {
-    matches!(
-        status,
+/// The allowlist alone (no explicit word).
+fn allowlist(response: &ResponseFacts<'_>, safe: bool, retry_500: bool) -> Verdict {
+    let status = response.status;
+    match status {
+        StatusCode::TOO_MANY_REQUESTS => Verdict::Retry(RetryReason::Throttled),
+        StatusCode::REQUEST_TIMEOUT => Verdict::Retry(RetryReason::RequestTimeout),
         StatusCode::CONFLICT
-            | StatusCode::TOO_MANY_REQUESTS
-            | StatusCode::REQUEST_TIMEOUT
-            | StatusCode::INTERNAL_SERVER_ERROR
-            | StatusCode::BAD_GATEWAY
-            | StatusCode::SERVICE_UNAVAILABLE
-            | StatusCode::GATEWAY_TIMEOUT
-    )
+            if response.problem.and_then(|p| p.code.as_deref()) == Some(IN_FLIGHT_CODE) =>
+        {
+            Verdict::Retry(RetryReason::InFlight)
+        }
+        StatusCode::SERVICE_UNAVAILABLE => Verdict::Retry(RetryReason::ServerError(status)),
+        StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT if safe => {
+            Verdict::Retry(RetryReason::ServerError(status))
+        }
+        StatusCode::INTERNAL_SERVER_ERROR if retry_500 && safe => {
+            Verdict::Retry(RetryReason::ServerError(status))
+        }
+        _ => Verdict::Done,
+    }
+}
+
+/// Whether a response's problem+json body is read to classify it: every error response
+/// (status 400 or above), since any of them may carry `retryable` or the in-flight `code`.
+/// The middleware reads it only when it is JSON and at most 64 KiB.
+pub fn needs_problem_body(status: StatusCode) -> bool {
+    status.as_u16() >= 400
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    static NO_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
+
     fn resp(status: u16, problem: Option<&Problem>) -> Outcome<'_> {
-        Outcome::Response {
-            status: StatusCode::from_u16(status).unwrap(),
+        Outcome::Response(ResponseFacts::new(
+            StatusCode::from_u16(status).unwrap(),
+            &NO_HEADERS,
             problem,
-        }
+        ))
     }
 
     const POST: RequestFacts<'static> = RequestFacts {
@@ -423,6 +648,128 @@ mod tests {
         assert_eq!(
             classify(&GET, &t(Phase::BeforeSend, TransportFailure::Other), false),
             Verdict::NotRetryable
+        );
+    }
+
+    fn with_headers<'a>(
+        status: u16,
+        headers: &'a HeaderMap,
+        problem: Option<&'a Problem>,
+    ) -> Outcome<'a> {
+        Outcome::Response(ResponseFacts::new(
+            StatusCode::from_u16(status).unwrap(),
+            headers,
+            problem,
+        ))
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.append(*name, http::HeaderValue::from_static(value));
+        }
+        h
+    }
+
+    #[test]
+    fn bool_headers_accept_only_one_true_or_false() {
+        let name = X_SHOULD_RETRY;
+        assert_eq!(
+            bool_header(&headers(&[("x-should-retry", " True ")]), &name),
+            Some(true)
+        );
+        assert_eq!(
+            bool_header(&headers(&[("x-should-retry", "false")]), &name),
+            Some(false)
+        );
+        assert_eq!(
+            bool_header(&headers(&[("x-should-retry", "1")]), &name),
+            None
+        );
+        assert_eq!(
+            bool_header(
+                &headers(&[("x-should-retry", "true"), ("x-should-retry", "false")]),
+                &name
+            ),
+            None
+        );
+        assert_eq!(bool_header(&HeaderMap::new(), &name), None);
+    }
+
+    #[test]
+    fn explicit_word_precedence_and_limits() {
+        let stripe_no = headers(&[("stripe-should-retry", "false")]);
+        assert_eq!(
+            classify(&GET, &with_headers(503, &stripe_no, None), false),
+            Verdict::Done
+        );
+        let both = headers(&[("x-should-retry", "true"), ("stripe-should-retry", "false")]);
+        assert!(matches!(
+            classify(&GET, &with_headers(503, &both, None), false),
+            Verdict::Retry(RetryReason::ServerError(_))
+        ));
+        // `true` on a status the allowlist returns: retried only when safe to repeat.
+        let yes = headers(&[("x-should-retry", "true")]);
+        assert_eq!(
+            classify(&KEYED_POST, &with_headers(400, &yes, None), false),
+            Verdict::Retry(RetryReason::ServerAsked {
+                status: StatusCode::BAD_REQUEST,
+                signal: Signal::XShouldRetry
+            })
+        );
+        assert_eq!(
+            classify(&POST, &with_headers(400, &yes, None), false),
+            Verdict::Done
+        );
+        assert_eq!(
+            classify(&POST, &with_headers(500, &yes, None), false),
+            Verdict::Done
+        );
+        // Success and redirects are never turned into retries.
+        assert_eq!(
+            classify(&GET, &with_headers(200, &yes, None), false),
+            Verdict::Done
+        );
+        assert_eq!(
+            classify(&GET, &with_headers(304, &yes, None), false),
+            Verdict::Done
+        );
+        // The problem's `retryable` comes first.
+        let no = Problem {
+            code: None,
+            retryable: Some(false),
+        };
+        assert_eq!(
+            classify(&GET, &with_headers(503, &yes, Some(&no)), false),
+            Verdict::Done
+        );
+        // The caller's hook comes after the server's headers, before the allowlist.
+        let hook =
+            ResponseClassifier::new(|r| (r.status == StatusCode::IM_A_TEAPOT).then_some(true));
+        let none = HeaderMap::new();
+        assert_eq!(
+            classify_with(&GET, &with_headers(418, &none, None), false, Some(&hook)),
+            Verdict::Retry(RetryReason::ServerAsked {
+                status: StatusCode::IM_A_TEAPOT,
+                signal: Signal::Caller
+            })
+        );
+        let refuse = ResponseClassifier::new(|_| Some(false));
+        assert!(matches!(
+            classify_with(&GET, &with_headers(503, &yes, None), false, Some(&refuse)),
+            Verdict::Retry(_)
+        ));
+        assert_eq!(
+            classify_with(&GET, &with_headers(503, &none, None), false, Some(&refuse)),
+            Verdict::Done
+        );
+        assert_eq!(
+            RetryReason::ServerAsked {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                signal: Signal::StripeShouldRetry
+            }
+            .cost(),
+            RetryCost::Throttle
         );
     }
 

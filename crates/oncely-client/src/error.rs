@@ -53,6 +53,19 @@ pub enum StopReason {
     },
     /// The request body is a stream that cannot be sent again, so the one attempt made was all.
     BodyNotReplayable,
+    /// The caller's `Idempotency-Key` (or one a custom key maker minted) breaks the server's
+    /// rules (1 to 255 visible ASCII characters, sent once: the IETF idempotency-key draft as
+    /// `oncely_core::IdempotencyKey` parses it). Nothing was sent: a server that treats an
+    /// invalid key as absent would run a retried request twice.
+    InvalidIdempotencyKey(oncely_core::KeyError),
+    /// Another retry layer below this one re-sent the request (`requests` went out for what this
+    /// layer counted as one attempt), as seen by the [`crate::SendGuard`] at the bottom of the
+    /// stack. Two retry layers in one stack are not supported: this layer stops instead of
+    /// multiplying the attempts, and the guard refuses sends beyond the call's attempt limit.
+    NestedRetryLayer {
+        /// Requests that went out in the whole call.
+        requests: u32,
+    },
 }
 
 impl fmt::Display for StopReason {
@@ -81,6 +94,12 @@ impl fmt::Display for StopReason {
             ),
             Self::BodyNotReplayable => f.write_str(
                 "request body is a stream and cannot be resent, so it was sent once and not retried",
+            ),
+            Self::InvalidIdempotencyKey(e) => write!(f, "invalid idempotency key, nothing sent: {e}"),
+            Self::NestedRetryLayer { requests } => write!(
+                f,
+                "another retry layer below this one re-sent the request ({requests} requests in \
+                 all); two retry layers in one stack are not supported, so this one did not retry"
             ),
         }
     }

@@ -31,11 +31,17 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Keys follow the Oncely key contract: 1 to 255 visible ASCII characters.
+//! Keys follow the Oncely key contract: 1 to 255 visible ASCII characters, the header sent
+//! once (the IETF draft's structured-field string form `"abc"` is accepted, as the server
+//! accepts it). The middleware checks a caller's key with the server's own parser
+//! ([`oncely_core::IdempotencyKey`]) before sending anything; a bad key ends the call with
+//! [`crate::StopReason::InvalidIdempotencyKey`] and nothing is sent.
 
 use std::fmt;
 
-use http::{HeaderName, Method};
+use http::{HeaderMap, HeaderName, Method};
+
+pub use oncely_core::{IdempotencyKey, KeyError};
 
 /// The `Idempotency-Key` header name (lower case, as `http` stores header names).
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -64,9 +70,29 @@ pub fn needs_key(method: &Method) -> bool {
     *method == Method::POST || *method == Method::PATCH
 }
 
-/// Whether a key is a valid `Idempotency-Key` value: 1 to 255 visible ASCII characters.
+/// Whether a key is a valid `Idempotency-Key` value by the server's rules: 1 to 255 visible
+/// ASCII characters ([`IdempotencyKey::parse`]).
 pub fn is_valid_key(key: &str) -> bool {
-    !key.is_empty() && key.len() <= 255 && key.bytes().all(|b| b.is_ascii_graphic())
+    IdempotencyKey::parse(key.as_bytes()).is_ok()
+}
+
+/// Checks the `Idempotency-Key` of a request, if it has one, with the server's rules.
+///
+/// # Errors
+///
+/// The [`KeyError`] the server would answer with (`idempotency_key_invalid`): empty, too long,
+/// not visible ASCII, badly quoted, or the header repeated.
+pub fn check_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, KeyError> {
+    if !headers.contains_key(IDEMPOTENCY_KEY) {
+        return Ok(None);
+    }
+    IdempotencyKey::from_header_values(
+        headers
+            .get_all(IDEMPOTENCY_KEY)
+            .iter()
+            .map(|v| v.as_bytes()),
+    )
+    .map(Some)
 }
 
 /// Sets a caller-chosen idempotency key on a request builder.

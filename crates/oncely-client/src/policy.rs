@@ -9,6 +9,7 @@
 //! | base delay | **500 ms** | `random(0..1) * 2^n` seconds, i.e. 1 s (the 2026 revision uses a shorter base for transient errors than for throttling) | 500 ms, growing quadratically | 500 ms |
 //! | cap on one delay | **8 s** | 20 s | 5 s | 8 s |
 //! | per-attempt timeout | **10 s** | per service | 80 s | 60 s |
+//! | connect timeout | **3 s** (inside the attempt timeout) | 3.1 s (`standard` defaults mode) | not compared | not compared |
 //! | overall deadline | **30 s** | none by default | none | none |
 //! | jitter | **full** | full | partial | partial (up to 25 % off) |
 //!
@@ -25,6 +26,15 @@
 //! - **10 s per attempt**: leaves room inside the 30 s deadline for the third attempt even when
 //!   the first two hang, and is far above the latency of a healthy API write. A server slower than
 //!   that is, for the caller, indistinguishable from a dead one.
+//! - **3 s to connect**: a TCP (and TLS) handshake to a healthy server takes milliseconds even
+//!   across a continent; one that has not completed in 3 s is a black hole (a full backlog, a
+//!   dropped SYN, a dead host) and waiting longer only eats the deadline. A connect that fails or
+//!   times out sent nothing, so it is retried for any method, keyless `POST` included. It is a
+//!   setting of the reqwest client, so it applies to clients built by
+//!   [`crate::OncelyRetry::client`] or [`crate::OncelyRetry::client_builder`]: a client you build
+//!   yourself needs `connect_timeout` set, or a hung connect ends as a timeout of the whole
+//!   attempt, which cannot tell "never connected" from "sent and waiting" (for a keyless `POST`:
+//!   outcome unknown). It is cut to the attempt timeout when that is shorter.
 //! - **500 not retried**: a `500` is usually a bug that will happen again, and on a write without
 //!   a key it may have run; enable it with [`RetryPolicy::with_retry_500`] (it is then retried
 //!   only for requests that are safe to repeat).
@@ -52,6 +62,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
 /// Default per-attempt timeout: 10 seconds (always cut to the time left).
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default connect timeout: 3 seconds (never more than the attempt timeout).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default backoff base delay: 500 milliseconds.
 pub const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(500);
 /// Default backoff cap: 8 seconds.
@@ -63,6 +75,7 @@ pub struct RetryPolicy {
     max_attempts: u32,
     deadline: Duration,
     attempt_timeout: Duration,
+    connect_timeout: Duration,
     backoff: Backoff,
     retry_500: bool,
     mint_keys: bool,
@@ -76,13 +89,14 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The defaults: 3 attempts, 30 s deadline, 10 s per attempt, full jitter from 500 ms capped
+    /// The defaults: 3 attempts, 30 s deadline, 10 s per attempt, 3 s to connect, full jitter from 500 ms capped
     /// at 8 s, 500 not retried, keys minted for `POST`/`PATCH`, the default retry budget.
     pub const fn new() -> Self {
         Self {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             deadline: DEFAULT_DEADLINE,
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             backoff: Backoff::full_jitter(DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY),
             retry_500: false,
             mint_keys: true,
@@ -105,6 +119,14 @@ impl RetryPolicy {
     /// The timeout of one attempt; each attempt gets `min(this, time left)`.
     pub const fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = timeout;
+        self
+    }
+
+    /// The connect timeout of clients built by [`crate::OncelyRetry::client`] and
+    /// [`crate::OncelyRetry::client_builder`] (default 3 s; cut to the attempt timeout when that
+    /// is shorter). A connect that fails or times out sent nothing and is retried for any method.
+    pub const fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -159,6 +181,15 @@ impl RetryPolicy {
     /// The per-attempt timeout (before cutting to the time left).
     pub const fn attempt_timeout(&self) -> Duration {
         self.attempt_timeout
+    }
+
+    /// The connect timeout: the configured one, cut to the attempt timeout.
+    pub const fn connect_timeout(&self) -> Duration {
+        if self.connect_timeout.as_nanos() < self.attempt_timeout.as_nanos() {
+            self.connect_timeout
+        } else {
+            self.attempt_timeout
+        }
     }
 
     /// The backoff.

@@ -117,6 +117,12 @@ impl CallState {
         self.attempts = self.attempts.saturating_add(1);
     }
 
+    /// Sets the attempt count, when more attempts were made than this loop recorded (requests
+    /// another layer re-sent, as counted by [`crate::SendGuard`]).
+    pub fn set_attempts(&mut self, attempts: u32) {
+        self.attempts = attempts;
+    }
+
     /// What the last retry cost, if the call was retried and a budget is in use.
     pub fn last_retry_cost(&self) -> Option<u32> {
         self.last_retry_cost

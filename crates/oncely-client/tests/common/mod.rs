@@ -238,3 +238,145 @@ pub enum DateForm {
     Rfc850,
     Asctime,
 }
+
+/// One step of a raw HTTP/1.1 answer written by [`RawServer`].
+#[derive(Clone, Debug)]
+pub enum Step {
+    Write(Vec<u8>),
+    Sleep(Duration),
+}
+
+/// A request as the raw server parsed it.
+#[derive(Clone, Debug)]
+pub struct RawSeen {
+    pub method: String,
+    pub path: String,
+    pub key: Option<String>,
+    /// Every `Idempotency-Key` value received (to see a repeated header).
+    pub keys: Vec<String>,
+}
+
+type RawResponder = dyn Fn(usize, &RawSeen) -> Vec<Step> + Send + Sync;
+
+/// A TCP server on 127.0.0.1 that parses each request's head and body, then plays a script of
+/// raw writes and pauses and closes the connection: broken, slow, cut-off and chunked bodies
+/// that axum would not produce on purpose.
+#[derive(Clone)]
+pub struct RawServer {
+    pub base: String,
+    seen: Arc<Mutex<Vec<RawSeen>>>,
+}
+
+impl RawServer {
+    pub async fn start(
+        script: impl Fn(usize, &RawSeen) -> Vec<Step> + Send + Sync + 'static,
+    ) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<RawSeen>>> = Arc::default();
+        let script: Arc<RawResponder> = Arc::new(script);
+        let s = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = s.clone();
+                let script = script.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let head_end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                    let mut lines = head.split("\r\n");
+                    let mut first = lines.next().unwrap_or("").split(' ');
+                    let method = first.next().unwrap_or("").to_owned();
+                    let path = first.next().unwrap_or("").to_owned();
+                    let mut keys = Vec::new();
+                    let mut length = 0usize;
+                    for line in lines {
+                        if let Some((name, value)) = line.split_once(':') {
+                            let value = value.trim().to_owned();
+                            match name.trim().to_ascii_lowercase().as_str() {
+                                "idempotency-key" => keys.push(value),
+                                "content-length" => length = value.parse().unwrap_or(0),
+                                _ => {}
+                            }
+                        }
+                    }
+                    while buf.len() < head_end + length {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let request = RawSeen {
+                        method,
+                        path,
+                        key: keys.first().cloned(),
+                        keys,
+                    };
+                    let steps = {
+                        let mut seen = seen.lock().unwrap();
+                        let n = seen.len() + 1;
+                        let steps = script(n, &request);
+                        seen.push(request);
+                        steps
+                    };
+                    for step in steps {
+                        match step {
+                            Step::Write(bytes) => {
+                                if socket.write_all(&bytes).await.is_err() {
+                                    return;
+                                }
+                                let _ = socket.flush().await;
+                            }
+                            Step::Sleep(d) => tokio::time::sleep(d).await,
+                        }
+                    }
+                    // Closing the connection ends a body that promised more bytes.
+                });
+            }
+        });
+        Self {
+            base: format!("http://{addr}"),
+            seen,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn seen(&self) -> Vec<RawSeen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// A response head with `Connection: close` and the given extra header lines.
+pub fn head(status: &str, headers: &[&str]) -> Vec<u8> {
+    let mut s = format!("HTTP/1.1 {status}\r\nconnection: close\r\n");
+    for h in headers {
+        s.push_str(h);
+        s.push_str("\r\n");
+    }
+    s.push_str("\r\n");
+    s.into_bytes()
+}
+
+/// One chunk of a chunked body.
+pub fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
