@@ -60,9 +60,9 @@ mod report;
 
 pub use config::{
     AuditConfig, ConfigError, DEFAULT_CONCURRENCY, DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT,
-    MAX_CONCURRENCY, MAX_WINDOW,
+    DEFAULT_TRIALS, MAX_CONCURRENCY, MAX_TRIALS, MAX_WINDOW,
 };
-pub use report::{AuditReport, CheckResult, Status};
+pub use report::{AuditReport, CheckResult, RootCause, Status, Trials};
 /// The URL type of [`AuditConfig::base_url`] (re-exported from `reqwest`, which re-exports
 /// the `url` crate's).
 pub use reqwest::Url;
@@ -127,6 +127,66 @@ pub mod anti_patterns {
     /// execution's insert hits the old row's unique constraint and silently does nothing
     /// (`ON CONFLICT DO NOTHING`) while the handler answers as if it had created it.
     pub const PHANTOM_EXECUTION: &str = "success for a resource that was not stored";
+    /// A retry under another token of the same account (a refreshed credential) executed
+    /// again or was refused: the `Authorization` header, or a hash of it, is part of the key or
+    /// its fingerprint, so a token refresh between two attempts charges twice.
+    pub const CREDENTIAL_IN_KEY: &str =
+        "credential hashed into the key (a refreshed token executes again)";
+    /// Another caller presenting the first caller's session cookie got the first caller's
+    /// stored response: the records live in (or are looked up by) the session, not the
+    /// authenticated caller.
+    pub const SESSION_SCOPED_RECORDS: &str =
+        "idempotency records scoped by the session cookie, not the caller";
+    /// A request header the client controls (a replay marker such as `Idempotent-Replayed` or
+    /// `X-Idempotency-Replay`, or `Cache-Control: no-cache`) changed the outcome: a replay was
+    /// skipped, or the key was wedged in flight for ever.
+    pub const CLIENT_CONTROLLED_BYPASS: &str =
+        "client-controlled bypass (a request header changes deduplication)";
+}
+
+/// The failures a key that is ignored altogether also causes: reported as its consequences,
+/// not as separate anti-patterns.
+const KEY_IGNORED_CONSEQUENCES: [&str; 8] = [
+    anti_patterns::CHECK_THEN_INSERT_RACE,
+    anti_patterns::BINARY_KEY_STATE,
+    anti_patterns::MISMATCH_EXECUTED,
+    anti_patterns::BYTE_LEVEL_KEYING,
+    anti_patterns::NO_KEY_VALIDATION,
+    anti_patterns::KEY_OPTIONAL,
+    anti_patterns::CREDENTIAL_IN_KEY,
+    anti_patterns::REPLAY_DIFFERS,
+];
+
+/// One cause, one finding: when replay-fidelity shows the key ignored altogether, that is the
+/// root cause, and the failures it explains lose their own anti-pattern.
+fn diagnose(checks: &mut [CheckResult]) -> Option<RootCause> {
+    let root = checks
+        .iter()
+        .find(|c| c.name == checks::REPLAY_FIDELITY)
+        .filter(|c| c.anti_pattern == Some(anti_patterns::KEY_IGNORED))?
+        .name;
+    let mut consequences = Vec::new();
+    for c in checks.iter_mut() {
+        if c.name != root
+            && c.status == Status::Fail
+            && c.anti_pattern
+                .is_some_and(|a| KEY_IGNORED_CONSEQUENCES.contains(&a))
+        {
+            c.detail = format!(
+                "a consequence of the root cause ({}, shown by {root}), not a separate fault: {}",
+                anti_patterns::KEY_IGNORED,
+                c.detail
+            );
+            c.anti_pattern = None;
+            c.consequence_of = Some(anti_patterns::KEY_IGNORED);
+            consequences.push(c.name);
+        }
+    }
+    Some(RootCause {
+        anti_pattern: anti_patterns::KEY_IGNORED,
+        check: root,
+        consequences,
+    })
 }
 
 /// Runs every check against the configured endpoint and returns the report. Never panics on
@@ -141,19 +201,26 @@ pub mod anti_patterns {
 /// cross-endpoint, cross-scope, concurrency, in-flight, malformed keys, missing key, expiry. The
 /// report lists them in the contract's order ([`checks::ALL`]).
 pub async fn run(cfg: &AuditConfig) -> AuditReport {
-    let target = format!(
+    let mut target = format!(
         "{} {}",
         cfg.method,
         cfg.base_url.as_str().trim_end_matches('/').to_owned() + &cfg.path
     );
+    if !cfg.more_base_urls.is_empty() {
+        target.push_str(&format!(" (+{} instances)", cfg.more_base_urls.len()));
+    }
     let setup_failure = |detail: String| AuditReport {
         target: target.clone(),
         requests_sent: 0,
+        root_cause: None,
+        warnings: Vec::new(),
+        trials: None,
         checks: vec![CheckResult {
             name: checks::CONFIGURATION,
             title: "the audit configuration is usable",
             status: Status::Inconclusive,
             anti_pattern: None,
+            consequence_of: None,
             evidence: Vec::new(),
             detail,
         }],
@@ -167,37 +234,51 @@ pub async fn run(cfg: &AuditConfig) -> AuditReport {
         Err(e) => return setup_failure(format!("nothing was sent: the HTTP client: {e}")),
     };
 
+    let mut warnings = Vec::new();
     let (replay, baseline) = checks::replay::replay_fidelity(&p).await;
-    let canonical = checks::variants::canonical_json(&p, baseline.as_ref()).await;
-    let mismatch = checks::variants::payload_mismatch(&p, baseline.as_ref()).await;
-    let endpoint = checks::variants::cross_endpoint(&p, baseline.as_ref()).await;
-    let scope = checks::variants::cross_scope(&p, baseline.as_ref()).await;
-    let concurrency = checks::concurrency::concurrency(&p, cfg.concurrency).await;
-    let in_flight = checks::in_flight::in_flight(
+    let base = baseline.as_ref();
+    let canonical = checks::variants::canonical_json(&p, base).await;
+    let mismatch = checks::variants::payload_mismatch(&p, base).await;
+    let endpoint = checks::variants::cross_endpoint(&p, base).await;
+    let scope = checks::variants::cross_scope(&p, base, &mut warnings).await;
+    let refreshed = checks::credentials::refreshed_credential(&p, base).await;
+    let session = checks::credentials::session_scope(
         &p,
-        baseline.as_ref(),
-        &concurrency.conflicts,
-        concurrency.all_identical,
+        base,
+        scope.anti_pattern == Some(anti_patterns::GLOBAL_KEY_SCOPE),
     )
     .await;
+    let bypass = checks::bypass::client_bypass(&p, base).await;
+    let concurrency = checks::concurrency::concurrency(&p, cfg.concurrency, cfg.trials).await;
+    let in_flight =
+        checks::in_flight::in_flight(&p, base, &concurrency.conflicts, concurrency.all_identical)
+            .await;
     let malformed = checks::keys::malformed_keys(&p).await;
     let missing = checks::keys::missing_key(&p).await;
-    let expiry = checks::expiry::expiry(&p, baseline.as_ref(), cfg.window).await;
+    let expiry = checks::expiry::expiry(&p, base, cfg.window).await;
 
+    let mut results = vec![
+        concurrency.result,
+        replay,
+        mismatch,
+        canonical,
+        endpoint,
+        scope,
+        refreshed,
+        session,
+        bypass,
+        malformed,
+        missing,
+        in_flight,
+        expiry,
+    ];
+    let root_cause = diagnose(&mut results);
     AuditReport {
         target,
         requests_sent: p.sent(),
-        checks: vec![
-            concurrency.result,
-            replay,
-            mismatch,
-            canonical,
-            endpoint,
-            scope,
-            malformed,
-            missing,
-            in_flight,
-            expiry,
-        ],
+        root_cause,
+        warnings,
+        trials: Some(concurrency.trials),
+        checks: results,
     }
 }

@@ -31,7 +31,9 @@
 //! - **A missing key on `PUT`/`DELETE`** is a PASS with a note when accepted: those methods are
 //!   idempotent by RFC 9110 section 9.2.2, and Oncely accepts but does not require a key on them.
 
+pub(crate) mod bypass;
 pub(crate) mod concurrency;
+pub(crate) mod credentials;
 pub(crate) mod expiry;
 pub(crate) mod in_flight;
 pub(crate) mod keys;
@@ -60,6 +62,12 @@ pub const MALFORMED_KEYS: &str = "malformed-keys";
 pub const MISSING_KEY: &str = "missing-key";
 /// A duplicate of a request still being processed.
 pub const IN_FLIGHT: &str = "in-flight";
+/// The same key and body under another token of the same account.
+pub const REFRESHED_CREDENTIAL: &str = "refreshed-credential";
+/// The same key and body under another credential presenting the first one's session cookies.
+pub const SESSION_SCOPE: &str = "session-scope";
+/// Requests carrying the replay and cache headers some middlewares trust.
+pub const CLIENT_BYPASS: &str = "client-bypass";
 /// The same key after the replay window.
 pub const EXPIRY: &str = "expiry";
 /// The pseudo-check reported (as INCONCLUSIVE) when the configuration is invalid or the HTTP
@@ -67,13 +75,16 @@ pub const EXPIRY: &str = "expiry";
 pub const CONFIGURATION: &str = "configuration";
 
 /// Every check, in report order.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 13] = [
     CONCURRENCY,
     REPLAY_FIDELITY,
     PAYLOAD_MISMATCH,
     CANONICAL_JSON,
     CROSS_ENDPOINT,
     CROSS_SCOPE,
+    REFRESHED_CREDENTIAL,
+    SESSION_SCOPE,
+    CLIENT_BYPASS,
     MALFORMED_KEYS,
     MISSING_KEY,
     IN_FLIGHT,
@@ -85,7 +96,15 @@ pub const ALL: [&str; 10] = [
 pub(crate) struct Baseline {
     pub(crate) key: HeaderValue,
     pub(crate) original: Exchange,
+    /// Whether a retry of it got a replay (not a new execution): replay-fidelity neither found
+    /// the key ignored nor was inconclusive. The checks that look for a replay where there
+    /// must be none (another endpoint, another caller) or where there must be one (a refreshed
+    /// token, a bypass header) are N/A without it: their verdict would say nothing.
+    pub(crate) replays: bool,
 }
+
+/// The N/A reason of a check that needs working replays.
+pub(crate) const NO_REPLAYS: &str = "a retry of the baseline request after it completed executed again (see replay-fidelity), so there is no replay whose presence or absence this check could observe";
 
 /// One check being recorded: its evidence so far, then its verdict.
 pub(crate) struct Rec {
@@ -106,19 +125,19 @@ impl Rec {
     /// Sends `probe`, recording the request and the response (or the failure).
     pub(crate) async fn send(&mut self, p: &Prober, probe: &Probe) -> Result<Exchange, ProbeError> {
         let res = p.send(probe).await;
-        self.record(probe, &res);
+        self.record(p, probe, &res);
         res
     }
 
     /// Records a request and what came back.
-    pub(crate) fn record(&mut self, probe: &Probe, res: &Result<Exchange, ProbeError>) {
+    pub(crate) fn record(&mut self, p: &Prober, probe: &Probe, res: &Result<Exchange, ProbeError>) {
         match res {
             Ok(ex) => {
                 self.evidence.push(ex.request.clone());
                 self.evidence.push(ex.response_line());
             }
             Err(e) => {
-                self.evidence.push(super::probe::describe_request(probe));
+                self.evidence.push(p.describe(probe));
                 self.evidence.push(format!("< no response: {e}"));
             }
         }
@@ -153,6 +172,7 @@ impl Rec {
             title: self.title,
             status,
             anti_pattern,
+            consequence_of: None,
             evidence: self.evidence,
             detail,
         }
