@@ -23,34 +23,47 @@
 //! # What it does
 //!
 //! [`run`] sends a bounded series of requests to one endpoint (and, when configured, one other
-//! endpoint and a count URL on the same origin) and reports ten checks, listed with their
-//! decisions in [`checks`]: concurrency, replay fidelity, payload mismatch, canonical JSON,
-//! cross-endpoint, cross-scope, malformed keys, missing key, in-flight response, expiry. Each is
-//! PASS, FAIL (naming an [anti-pattern](anti_patterns)), N/A, or INCONCLUSIVE, with the
-//! exchanges as evidence.
+//! endpoint and a count URL), spread across one or more base URLs (instances of one API), and
+//! reports thirteen checks, listed with their decisions in [`checks`]: concurrency (repeated
+//! bursts), replay fidelity, payload mismatch, canonical JSON, cross-endpoint, cross-scope,
+//! refreshed credential, session scope, client bypass, malformed keys, missing key, in-flight
+//! response, expiry. Each is PASS, FAIL (naming an [anti-pattern](anti_patterns)), N/A (with
+//! the reason it cannot say anything), or INCONCLUSIVE, with the exchanges as evidence. When one
+//! fault explains several failures (the key is ignored altogether), the report names it once as
+//! its [root cause](AuditReport::root_cause) and marks the others as its consequences.
+//!
+//! # How sure a PASS is
+//!
+//! The concurrency check fires [`AuditConfig::trials`] bursts (default [`DEFAULT_TRIALS`], 10),
+//! each of [`AuditConfig::concurrency`] identical requests with its own key. A race that shows
+//! independently in a share `s` of bursts escapes all `n` with probability `(1 - s)^n`: the
+//! report states the confidence of a PASS as `1 - 2^-n` for a race present in at least half of
+//! the bursts (99.9% with the default), and gives the executions of every burst
+//! ([`AuditReport::trials`]).
 //!
 //! # Bounds
 //!
-//! - Requests go only to `base_url`'s origin; redirects are not followed, no proxy is used,
+//! - Requests go only to the base URLs' origins; redirects are not followed, no proxy is used,
 //!   the HTTP client does not retry.
 //! - At most [`AuditConfig::max_requests`] requests (default 500; a run needs
-//!   [`AuditConfig::planned_requests`], 38 with the defaults), each bounded by
-//!   [`AuditConfig::timeout`] (default 10 s). Response bodies are read up to 1 MiB.
+//!   [`AuditConfig::planned_requests`], 241 with the defaults, 283 with a count URL), each
+//!   bounded by [`AuditConfig::timeout`] (default 10 s). Response bodies are read up to 1 MiB.
 //! - The only deliberate wait is the expiry check's: the window plus 10% (at least 1 s), and the
 //!   window is at most [`MAX_WINDOW`] (600 s). The in-flight check waits half the first
 //!   request's latency (between 5 ms and 2 s) before its duplicate, halving it for at most two
 //!   more pairs.
-//! - Worst case (a server that never answers): the requests after the concurrency burst run one
-//!   at a time, so an audit lasts at most about
-//!   `(planned_requests - concurrency + 1) x timeout`, plus the expiry wait: about 6 minutes with
-//!   a count URL and the default 10 s timeout (35 x 10 s).
+//! - Worst case (a server that never answers): each burst lasts one timeout and every other
+//!   request runs one at a time, so an audit lasts at most about
+//!   `(planned_requests - trials x concurrency + trials) x timeout`, plus the expiry wait:
+//!   about 15 minutes with a count URL and the defaults (93 x 10 s). A server that answers
+//!   takes seconds (the crate's tests audit fixtures in about one second each).
 //!
 //! # Side effects on the target
 //!
 //! The audit creates resources like any client: a successful run of a correct server creates
-//! about five (the baseline, the concurrency winner, the in-flight pair's winner, the second
-//! caller's, the expiry re-execution); a server with the mistakes the audit looks for creates
-//! more. Audit a test deployment.
+//! about twenty (the baseline, one per burst, the in-flight pairs' winners, the client-bypass
+//! check's, the other endpoint's, the second caller's, the expiry re-execution); a server with
+//! the mistakes the audit looks for creates more. Audit a test deployment.
 
 mod body;
 pub mod checks;
@@ -198,8 +211,10 @@ fn diagnose(checks: &mut [CheckResult]) -> Option<RootCause> {
 ///
 /// Checks run one after another, never overlapping: replay fidelity first (its first request
 /// is the baseline the other checks compare with), then canonical JSON, payload mismatch,
-/// cross-endpoint, cross-scope, concurrency, in-flight, malformed keys, missing key, expiry. The
-/// report lists them in the contract's order ([`checks::ALL`]).
+/// cross-endpoint, cross-scope, refreshed credential, session scope, client bypass,
+/// concurrency (its bursts one after the other), in-flight, malformed keys, missing key,
+/// expiry. The report lists them in the contract's order ([`checks::ALL`]), after its
+/// [root cause](AuditReport::root_cause) and warnings.
 pub async fn run(cfg: &AuditConfig) -> AuditReport {
     let mut target = format!(
         "{} {}",
