@@ -626,7 +626,20 @@ async fn bare_in_flight_conflict_is_reported() {
         )],
     );
     let c = report.check(checks::IN_FLIGHT).unwrap();
-    let conflicts = 3 * 19 + 1; // the losers of the 3 bursts and the pair's duplicate
+    // Every 409 seen: the bursts' losers (19 per burst of 20 when all overlap the winner's 60
+    // ms) and the pair's duplicate.
+    let conflicts = report
+        .check(checks::CONCURRENCY)
+        .unwrap()
+        .evidence
+        .iter()
+        .filter_map(|e| {
+            e.split_once(" x < 409 ")
+                .map(|(n, _)| n.parse::<usize>().unwrap())
+        })
+        .sum::<usize>()
+        + 1;
+    assert!(conflicts > 3, "{}", report.render_text());
     assert!(
         c.detail.starts_with(&format!(
             "{conflicts} in-flight 409 response(s) examined; {conflicts} x no Retry-After, no machine-readable code in the body."
