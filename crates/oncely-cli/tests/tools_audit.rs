@@ -113,7 +113,11 @@ async fn full_audit_of_serve(urls: &[&str], a: &str, b: &str) -> Value {
     assert_eq!(report["root_cause"], Value::Null, "{stdout}");
     assert_eq!(report["warnings"], json!([]), "{stdout}");
     assert_eq!(report["trials"]["trials"], 10, "{stdout}");
-    assert_eq!(report["trials"]["executions"], json!(vec![1; 10]), "{stdout}");
+    assert_eq!(
+        report["trials"]["executions"],
+        json!(vec![1; 10]),
+        "{stdout}"
+    );
     let session = &report["checks"][7];
     assert_eq!(
         session["detail"],
