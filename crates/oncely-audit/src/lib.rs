@@ -2,11 +2,13 @@
 //!
 //! Two tools that work on anybody's API, whatever language it is written in:
 //!
-//! - [`audit`] probes a live HTTP endpoint for the `Idempotency-Key` contract (concurrent
-//!   duplicates, replay fidelity, payload mismatch, canonical JSON, endpoint and caller scoping,
-//!   malformed and missing keys, the in-flight response, expiry) and reports every check as
-//!   PASS, FAIL, N/A or INCONCLUSIVE, with the requests and responses it saw and, for each
-//!   FAIL, the anti-pattern it is evidence of.
+//! - [`audit`] probes a live HTTP endpoint (one instance or several) for the `Idempotency-Key`
+//!   contract (repeated bursts of concurrent duplicates, replay fidelity, payload mismatch,
+//!   canonical JSON, endpoint, caller, refreshed-token and session scoping, client-controlled
+//!   bypass headers, malformed and missing keys, the in-flight response, expiry) and reports
+//!   every check as PASS, FAIL, N/A or INCONCLUSIVE, with the requests and responses it saw
+//!   and, for each FAIL, the anti-pattern it is evidence of (or the root cause it follows
+//!   from).
 //! - [`lint`] reads an OpenAPI document and lists every state-changing operation that neither
 //!   accepts an `Idempotency-Key` header nor is marked unsafe to retry.
 //!

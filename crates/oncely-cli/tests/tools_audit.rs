@@ -1,5 +1,6 @@
-//! `oncely audit` as a real process: against `oncely serve` (every check PASS or N/A), against a
-//! tiny API that ignores keys (FAILs with their anti-patterns, exit status 1, and exactly the
+//! `oncely audit` as a real process: against `oncely serve` (SQLite, and three instances on one
+//! PostgreSQL through three base URLs: every check PASS or N/A), against a
+//! tiny API that ignores keys (one root cause and its consequences, exit status 1, and exactly the
 //! requests the report claims), and with usage errors (exit status 2, nothing sent).
 
 use axum::Router;
@@ -47,27 +48,54 @@ fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_of_oncely_serve_passes_every_check() {
-    let server = start(&["serve", "--store", "memory"]);
-    let out = oncely(&[
-        "audit",
-        &server.url,
+const ORDER: &str = r#"{"items": [{"sku": "a", "quantity": 1}]}"#;
+
+/// The checks of a full audit of `oncely serve`: everything passes but what needs a setting
+/// `oncely serve` cannot give (a second token of one account; a session cookie) and expiry.
+fn serve_verdicts() -> Vec<(String, String)> {
+    pairs(&[
+        ("concurrency", "pass"),
+        ("replay-fidelity", "pass"),
+        ("payload-mismatch", "pass"),
+        ("canonical-json", "pass"),
+        ("cross-endpoint", "pass"),
+        ("cross-scope", "pass"),
+        ("refreshed-credential", "n/a"),
+        ("session-scope", "n/a"),
+        ("client-bypass", "pass"),
+        ("malformed-keys", "pass"),
+        ("missing-key", "pass"),
+        ("in-flight", "pass"),
+        ("expiry", "n/a"),
+    ])
+}
+
+/// Runs a full audit (JSON) of `oncely serve` at `urls` as the accounts `a` and `b`, asserts
+/// every check is PASS or N/A with no anti-pattern and no warning, and returns the report.
+async fn full_audit_of_serve(urls: &[&str], a: &str, b: &str) -> Value {
+    let auth_a = format!("Bearer {a}");
+    let auth_b = format!("Bearer {b}");
+    let mut args = vec!["audit"];
+    args.extend_from_slice(urls);
+    args.extend_from_slice(&[
         "--endpoint",
         "POST /v1/payments",
         "--body",
         PAYMENT,
         "--auth",
-        "Bearer acct_a",
+        &auth_a,
         "--second-auth",
-        "Bearer acct_b",
+        &auth_b,
+        "--cookies",
         "--other-endpoint",
         "POST /v1/orders",
+        "--other-body",
+        ORDER,
         "--count-url",
         "/v1/payments",
         "--json",
-    ])
-    .await;
+    ]);
+    let out = oncely(&args).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -77,56 +105,112 @@ async fn audit_of_oncely_serve_passes_every_check() {
     );
     let report: Value = serde_json::from_str(&stdout).expect("JSON report");
     assert_eq!(report["passed"], true, "{stdout}");
-    assert_eq!(
-        report["target"],
-        format!("POST {}/v1/payments", server.url),
-        "{stdout}"
-    );
-    // Every check ran, in the contract's order; only expiry (no --window-secs) is N/A.
-    assert_eq!(
-        statuses(&report),
-        pairs(&[
-            ("concurrency", "pass"),
-            ("replay-fidelity", "pass"),
-            ("payload-mismatch", "pass"),
-            ("canonical-json", "pass"),
-            ("cross-endpoint", "pass"),
-            ("cross-scope", "pass"),
-            ("malformed-keys", "pass"),
-            ("missing-key", "pass"),
-            ("in-flight", "pass"),
-            ("expiry", "n/a"),
-        ]),
-        "{stdout}"
-    );
+    assert_eq!(statuses(&report), serve_verdicts(), "{stdout}");
     for c in report["checks"].as_array().unwrap() {
         assert_eq!(c["anti_pattern"], Value::Null, "{c}");
+        assert_eq!(c["consequence_of"], Value::Null, "{c}");
     }
-    let concurrency = &report["checks"][0];
-    assert!(
-        concurrency["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("1 execution from 20 identical requests with one key"),
-        "{concurrency}"
+    assert_eq!(report["root_cause"], Value::Null, "{stdout}");
+    assert_eq!(report["warnings"], json!([]), "{stdout}");
+    assert_eq!(report["trials"]["trials"], 10, "{stdout}");
+    assert_eq!(
+        report["trials"]["executions"],
+        json!(vec![1; 10]),
+        "{stdout}"
     );
-    // 20 + 18 requests and 16 count-URL reads at most (the in-flight retries are conditional).
-    let sent = report["requests_sent"].as_u64().unwrap();
-    assert!((38..=54).contains(&sent), "{sent}");
+    let session = &report["checks"][7];
+    assert_eq!(
+        session["detail"],
+        "the first caller's responses set no cookie, so there is no session to present"
+    );
+    report
+}
 
-    // The payments the audit created under the first caller, read back from the server: the
-    // baseline, the concurrency winner, and one per in-flight pair (1 to 3), nothing else.
+/// The payments `account` has on the server at `url`.
+async fn payments_of(url: &str, account: &str) -> usize {
     let list: Value = reqwest::Client::new()
-        .get(format!("{}/v1/payments", server.url))
-        .bearer_auth("acct_a")
+        .get(format!("{url}/v1/payments"))
+        .bearer_auth(account)
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let created = list["data"].as_array().unwrap().len();
-    assert!((3..=5).contains(&created), "{list}");
+    list["data"].as_array().unwrap().len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_of_oncely_serve_on_sqlite_passes_every_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.sqlite3");
+    let server = start(&["serve", "--store", db.to_str().unwrap()]);
+    let report = full_audit_of_serve(&[&server.url], "acct_a", "acct_b").await;
+    assert_eq!(report["target"], format!("POST {}/v1/payments", server.url));
+    let concurrency = &report["checks"][0];
+    assert!(
+        concurrency["detail"].as_str().unwrap().starts_with(
+            "1 execution from 20 identical requests with one key, in each of 10 burst(s)"
+        ),
+        "{concurrency}"
+    );
+    // 10 x 20 + 41 requests and 2 x 10 + 22 count-URL reads at most.
+    let sent = report["requests_sent"].as_u64().unwrap();
+    assert!((240..=283).contains(&sent), "{sent}");
+
+    // The payments the audit created under the first caller, read back from the server: the
+    // baseline, the client-bypass new key, one per burst, one per in-flight pair (1 to 3).
+    let created = payments_of(&server.url, "acct_a").await;
+    assert!((13..=15).contains(&created), "{created}");
+}
+
+/// Three `oncely serve` processes on one PostgreSQL, audited through their three base URLs
+/// (no proxy): every burst and every retry is spread across the instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_of_three_oncely_serve_instances_on_postgres_passes_every_check() {
+    let Ok(store) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
+        eprintln!(
+            "skipped: ONCELY_TEST_POSTGRES_URL is unset (e.g. postgres://postgres@127.0.0.1:5432/test)"
+        );
+        return;
+    };
+    let servers: Vec<_> = (0..3)
+        .map(|_| start(&["serve", "--store", &store]))
+        .collect();
+    let urls: Vec<&str> = servers.iter().map(|s| s.url.as_str()).collect();
+    // Accounts of their own, so that earlier runs on the same database count for nothing.
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let (a, b) = (format!("acct_audit_a_{run}"), format!("acct_audit_b_{run}"));
+    let report = full_audit_of_serve(&urls, &a, &b).await;
+    assert!(
+        report["target"]
+            .as_str()
+            .unwrap()
+            .ends_with("/v1/payments (+2 instances)"),
+        "{report}"
+    );
+    // The evidence shows requests on each instance.
+    let evidence: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["evidence"].as_array().unwrap())
+        .filter_map(Value::as_str)
+        .collect();
+    for url in &urls {
+        let host = url.trim_start_matches("http://");
+        assert!(
+            evidence
+                .iter()
+                .any(|e| e.contains(&format!(" {host}/v1/payments"))),
+            "no request went to {host}"
+        );
+    }
+    // Every instance sees the same payments: the baseline, the bypass key, one per burst, one
+    // per in-flight pair.
+    let created = payments_of(urls[1], &a).await;
+    assert!((13..=15).contains(&created), "{created}");
+    assert_eq!(payments_of(urls[2], &a).await, created);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,7 +240,7 @@ async fn audit_text_report_against_oncely_serve() {
     assert!(stdout.contains("\nN/A   cross-scope: "), "{stdout}");
     assert!(stdout.contains("\nN/A   cross-endpoint: "), "{stdout}");
     assert!(
-        stdout.ends_with("summary: 7 PASS, 0 FAIL, 3 N/A, 0 INCONCLUSIVE\n"),
+        stdout.ends_with("summary: 8 PASS, 0 FAIL, 5 N/A, 0 INCONCLUSIVE\n"),
         "{stdout}"
     );
     // Credentials are named in the evidence, never printed.
@@ -184,8 +268,8 @@ async fn expiry_after_a_short_window(endpoint: &str, body: &str, count_url: &str
     ])
     .await;
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["checks"][9]["name"], "expiry");
-    (report["checks"][9].clone(), out.status.code().unwrap())
+    assert_eq!(report["checks"][12]["name"], "expiry");
+    (report["checks"][12].clone(), out.status.code().unwrap())
 }
 
 /// After the replay window a reused payment key is a brand-new payment (a regression test: the
@@ -275,50 +359,49 @@ async fn audit_of_an_api_that_ignores_keys_fails_with_the_anti_patterns() {
             )
         })
         .collect();
+    // One root cause (the key is ignored), reported once; what it explains is FAIL without an
+    // anti-pattern of its own; what needs working replays to say anything is N/A.
+    let root = json!("key ignored (request executed again)");
     let expected: Vec<(String, String, Value)> = [
-        ("concurrency", "fail", json!("check-then-insert race")),
-        (
-            "replay-fidelity",
-            "fail",
-            json!("key ignored (request executed again)"),
-        ),
-        (
-            "payload-mismatch",
-            "fail",
-            json!("different payload executed under a reused key"),
-        ),
-        (
-            "canonical-json",
-            "fail",
-            json!("byte-level fingerprint (executed again)"),
-        ),
-        ("cross-endpoint", "pass", Value::Null),
-        ("cross-scope", "pass", Value::Null),
-        ("malformed-keys", "fail", json!("no key validation")),
-        (
-            "missing-key",
-            "fail",
-            json!("key optional on a state-changing endpoint"),
-        ),
-        (
-            "in-flight",
-            "fail",
-            json!("binary key state (no in-flight state)"),
-        ),
+        ("concurrency", "fail", Value::Null),
+        ("replay-fidelity", "fail", root.clone()),
+        ("payload-mismatch", "fail", Value::Null),
+        ("canonical-json", "fail", Value::Null),
+        ("cross-endpoint", "n/a", Value::Null),
+        ("cross-scope", "n/a", Value::Null),
+        ("refreshed-credential", "n/a", Value::Null),
+        ("session-scope", "n/a", Value::Null),
+        ("client-bypass", "n/a", Value::Null),
+        ("malformed-keys", "fail", Value::Null),
+        ("missing-key", "fail", Value::Null),
+        ("in-flight", "fail", Value::Null),
         ("expiry", "n/a", Value::Null),
     ]
     .into_iter()
     .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c))
     .collect();
     assert_eq!(verdicts, expected, "{stdout}");
+    assert_eq!(report["root_cause"]["anti_pattern"], root, "{stdout}");
+    assert_eq!(
+        report["root_cause"]["consequences"],
+        json!([
+            "concurrency",
+            "payload-mismatch",
+            "canonical-json",
+            "malformed-keys",
+            "missing-key",
+            "in-flight"
+        ]),
+        "{stdout}"
+    );
     // The traffic bound: what the report says it sent is what the server received, and within
-    // the plan (10 + 18 without a count URL).
+    // the plan (10 bursts of 10 + 41 without a count URL).
     let received = state.requests.load(Ordering::SeqCst);
     assert_eq!(report["requests_sent"].as_u64(), Some(received as u64));
-    assert!(received <= 28, "{received}");
+    assert!(received <= 141, "{received}");
     assert_eq!(state.created.load(Ordering::SeqCst), received);
 
-    // The text report names the anti-pattern under the failing check.
+    // The text report names the root cause first, then each consequence under its check.
     let out = oncely(&[
         "audit",
         &url,
@@ -328,16 +411,24 @@ async fn audit_of_an_api_that_ignores_keys_fails_with_the_anti_patterns() {
         r#"{"amount": 1000}"#,
         "--concurrency",
         "5",
+        "--trials",
+        "2",
     ])
     .await;
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("\nFAIL  concurrency: identical requests with one key, sent at once, execute at most once\n      anti-pattern: check-then-insert race\n"),
+        text.contains(
+            "\nroot cause: key ignored (request executed again) (shown by replay-fidelity)\n"
+        ),
         "{text}"
     );
     assert!(
-        text.ends_with("summary: 0 PASS, 7 FAIL, 3 N/A, 0 INCONCLUSIVE\n"),
+        text.contains("\nFAIL  concurrency: identical requests with one key, sent at once, execute at most once (in every burst)\n      consequence of the root cause: key ignored (request executed again)\n"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("summary: 0 PASS, 7 FAIL, 6 N/A, 0 INCONCLUSIVE\n"),
         "{text}"
     );
 }
@@ -354,7 +445,7 @@ async fn usage_errors_exit_2_before_sending_anything() {
             c.fetch_add(1, Ordering::SeqCst);
         }
     });
-    let cases: [(Vec<&str>, &str); 9] = [
+    let cases: [(Vec<&str>, &str); 12] = [
         (
             vec!["--endpoint", "/v1/payments"],
             "--endpoint must be 'METHOD /path'",
@@ -397,7 +488,26 @@ async fn usage_errors_exit_2_before_sending_anything() {
         ),
         (
             vec!["--endpoint", "POST /v1/payments", "--max-requests", "10"],
-            "max_requests is 10 but this audit needs up to 38 requests",
+            "max_requests is 10 but this audit needs up to 241 requests",
+        ),
+        (
+            vec!["--endpoint", "POST /v1/payments", "--trials", "0"],
+            "trials must be between 1 and 100, got 0",
+        ),
+        (
+            vec![
+                "--endpoint",
+                "POST /v1/payments",
+                "--auth",
+                "Bearer x",
+                "--same-account-auth",
+                "Bearer x",
+            ],
+            "the same-account credential must be another token of the first caller's account",
+        ),
+        (
+            vec!["--endpoint", "POST /v1/payments", "--other-body", "{}"],
+            "--other-endpoint",
         ),
         (
             vec!["--endpoint", "POST /v1/payments", "--timeout-secs", "0"],
@@ -420,7 +530,14 @@ async fn usage_errors_exit_2_before_sending_anything() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = oncely(&["audit", "https://127.0.0.1:1", "--endpoint", "POST /v1/p"]).await;
+    let out = oncely(&[
+        "audit",
+        url.as_str(),
+        "https://127.0.0.1:1",
+        "--endpoint",
+        "POST /v1/p",
+    ])
+    .await;
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("built without TLS"),

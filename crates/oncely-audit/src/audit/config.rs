@@ -22,6 +22,22 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(600);
 /// The most identical requests the concurrency check may fire at once: 1000.
 pub const MAX_CONCURRENCY: usize = 1000;
 
+/// Default number of bursts (trials) the concurrency check fires, each with its own key: 10.
+///
+/// A race that shows in a share `s` of bursts, independently, escapes `n` bursts with
+/// probability `(1 - s)^n`: with 10 bursts, a race present in at least half of them is caught
+/// with probability at least `1 - 2^-10` (99.9%), one present in a quarter of them with
+/// probability at least `1 - 0.75^10` (94.4%). A bigger burst is no substitute: past a point
+/// the later requests of a burst just get the replay.
+pub const DEFAULT_TRIALS: usize = 10;
+
+/// The most bursts the concurrency check may fire: 100.
+pub const MAX_TRIALS: usize = 100;
+
+/// How many client-controlled headers the client-bypass check knows (see
+/// [`checks::CLIENT_BYPASS`](super::checks::CLIENT_BYPASS)).
+pub(crate) const BYPASS_HEADERS: usize = 7;
+
 /// What to audit: one state-changing endpoint of one API, and the limits of the probe.
 ///
 /// Every request goes to `base_url`'s origin (scheme, host, port): the endpoint, the other
@@ -54,6 +70,12 @@ pub struct AuditConfig {
     /// `http` and `https` are accepted (`https` needs a TLS feature of `reqwest` enabled in the
     /// final binary). Query and fragment are not allowed.
     pub base_url: Url,
+    /// More base URLs of the same API (other instances sharing its store, e.g. three processes
+    /// behind no proxy), each held to the same rules as `base_url`. Requests to the endpoint and
+    /// the other endpoint are spread across `base_url` and these in turn (round robin), so a
+    /// retry usually reaches another instance than its original; the count URL is read from
+    /// `base_url`. Empty by default.
+    pub more_base_urls: Vec<Url>,
     /// The method of the audited endpoint, usually `POST`.
     pub method: Method,
     /// The audited endpoint's path under `base_url`, starting with `/` (e.g. `/v1/payments`);
@@ -68,6 +90,17 @@ pub struct AuditConfig {
     /// The full `Authorization` header value of a second, different caller, for the key-scope
     /// check. `None` makes that check N/A.
     pub second_auth: Option<String>,
+    /// Another `Authorization` value for the *same* account as `auth` (a refreshed token), for
+    /// the refreshed-credential check: the first caller's request sent again with it must be
+    /// replayed, not executed. `None` makes that check N/A. Never printed.
+    pub same_account_auth: Option<String>,
+    /// Keep one cookie jar per caller (default `false`): each caller's requests present the
+    /// cookies its earlier responses set (name and value; `Max-Age=0` deletes). The first and
+    /// the same-account credential are one client (a refreshed token) and share a jar; the
+    /// second credential has its own. Needed for
+    /// APIs whose idempotency records live in the caller's session, and it enables the
+    /// session-scope check.
+    pub cookies: bool,
     /// A path under `base_url` (or an absolute URL on the same origin) answering `GET` with a
     /// JSON array of the resources the endpoint creates, or an object with a count (`count`,
     /// `total`, `total_count`, or an array under `data` / `items` / `results`). Read before and
@@ -75,11 +108,17 @@ pub struct AuditConfig {
     /// executions are counted from the responses' `id` fields only.
     pub count_url: Option<String>,
     /// Another endpoint of the same API (method, path under `base_url`) that accepts keys, for
-    /// the cross-endpoint check. It is sent the same body. `None` makes that check N/A.
+    /// the cross-endpoint check. `None` makes that check N/A.
     pub other_endpoint: Option<(Method, String)>,
+    /// The JSON body the other endpoint accepts (with a 2xx). `None`: the audited endpoint's
+    /// `body` is sent, and the check is N/A if the other endpoint refuses it.
+    pub other_body: Option<serde_json::Value>,
     /// How many identical requests the concurrency check fires at once. Default
     /// [`DEFAULT_CONCURRENCY`] (20); 2 to [`MAX_CONCURRENCY`].
     pub concurrency: usize,
+    /// How many bursts of `concurrency` requests the concurrency check fires, one after the
+    /// other, each with a fresh key. Default [`DEFAULT_TRIALS`] (10); 1 to [`MAX_TRIALS`].
+    pub trials: usize,
     /// The server's replay window, if it is short enough to wait out (at most [`MAX_WINDOW`]).
     /// `Some` enables the expiry check, which waits the window plus a margin of 10% (at least
     /// 1 second). `None` makes that check N/A.
@@ -116,6 +155,15 @@ pub enum ConfigError {
     /// `second_auth` equals `auth`: the key-scope check needs two different callers.
     #[error("the second credential must differ from the first")]
     SameCredentials,
+    /// `same_account_auth` equals `auth` or `second_auth`: it must be another token (a
+    /// refreshed one) of the first caller's account.
+    #[error(
+        "the same-account credential must be another token of the first caller's account, not the first or the second credential"
+    )]
+    SameAccountCredentials,
+    /// `trials` is outside 1..=[`MAX_TRIALS`].
+    #[error("trials must be between 1 and {MAX_TRIALS}, got {0}")]
+    Trials(usize),
     /// `concurrency` is outside 2..=[`MAX_CONCURRENCY`].
     #[error("concurrency must be between 2 and {MAX_CONCURRENCY}, got {0}")]
     Concurrency(usize),
@@ -138,14 +186,17 @@ pub enum ConfigError {
 /// The validated URLs every request goes to.
 #[derive(Debug, Clone)]
 pub(crate) struct Targets {
-    pub(crate) endpoint: Url,
-    pub(crate) other: Option<(Method, Url)>,
+    /// The endpoint on each base URL, `base_url`'s first.
+    pub(crate) endpoints: Vec<Url>,
+    /// The other endpoint on each base URL.
+    pub(crate) other: Option<(Method, Vec<Url>)>,
     pub(crate) count: Option<Url>,
 }
 
 impl AuditConfig {
-    /// A configuration with the defaults: no credentials, no count URL, no other endpoint, no
-    /// window, [`DEFAULT_CONCURRENCY`], [`DEFAULT_TIMEOUT`], [`DEFAULT_MAX_REQUESTS`].
+    /// A configuration with the defaults: one base URL, no credentials, no cookies, no count
+    /// URL, no other endpoint, no window, [`DEFAULT_CONCURRENCY`], [`DEFAULT_TRIALS`],
+    /// [`DEFAULT_TIMEOUT`], [`DEFAULT_MAX_REQUESTS`].
     pub fn new(
         base_url: Url,
         method: Method,
@@ -154,29 +205,57 @@ impl AuditConfig {
     ) -> Self {
         Self {
             base_url,
+            more_base_urls: Vec::new(),
             method,
             path: path.into(),
             body,
             auth: None,
             second_auth: None,
+            same_account_auth: None,
+            cookies: false,
             count_url: None,
             other_endpoint: None,
+            other_body: None,
             concurrency: DEFAULT_CONCURRENCY,
+            trials: DEFAULT_TRIALS,
             window: None,
             timeout: DEFAULT_TIMEOUT,
             max_requests: DEFAULT_MAX_REQUESTS,
         }
     }
 
-    /// The most requests this configuration's audit sends: `concurrency + 18`, plus 16
-    /// count-URL reads when `count_url` is set. (Four requests and four reads of those are the in-flight
-    /// check's two retries with a shorter delay, sent only when a pair misses the in-flight window.)
+    /// The most requests this configuration's audit sends: `trials x concurrency + 41`, plus
+    /// `2 x trials + 22` count-URL reads when `count_url` is set (with the defaults, 241 and
+    /// 283). Many of those are conditional: the in-flight check's two retries with a shorter
+    /// delay (4 requests, 4 reads), the cross-scope check's two same-account probes, and the
+    /// client-bypass check's one-header-at-a-time retests (14), sent only when a combined probe
+    /// changed the behaviour.
     pub fn planned_requests(&self) -> usize {
-        // concurrency: n; replay: 2; reordered: 1; mismatch: 1; other endpoint: 1;
-        // second scope: 1; malformed keys: 4; missing key: 1; in-flight: up to 3 x 2; expiry: 1.
-        let probes = self.concurrency + 2 + 1 + 1 + 1 + 1 + 4 + 1 + 6 + 1;
-        // count reads before/after: concurrency, replay, reordered, mismatch, in-flight x3, expiry.
-        let counts = if self.count_url.is_some() { 2 * 8 } else { 0 };
+        // concurrency: trials x n; replay: 2; reordered: 1; mismatch: 1; other endpoint: 2
+        // (fresh key, reused key); second scope: 1 + 2 (same-account probes: a count read with
+        // the second credential, a GET of the Location); refreshed credential: 1; session: 2;
+        // client bypass: 3 + 2 per header; malformed keys: 4; missing key: 1; in-flight: up to
+        // 3 x 2; expiry: 1.
+        let probes = self.trials * self.concurrency
+            + 2
+            + 1
+            + 1
+            + 2
+            + 3
+            + 1
+            + 2
+            + (3 + 2 * BYPASS_HEADERS)
+            + 4
+            + 1
+            + 6
+            + 1;
+        // count reads before/after: each burst, replay, reordered, mismatch, refreshed
+        // credential, session, client bypass x2, in-flight x3, expiry.
+        let counts = if self.count_url.is_some() {
+            2 * self.trials + 2 * 11
+        } else {
+            0
+        };
         probes + counts
     }
 
@@ -185,26 +264,41 @@ impl AuditConfig {
     /// # Errors
     ///
     /// The first [`ConfigError`] found: a base URL that is not plain `http(s)://host[:port][/prefix]`,
-    /// a path not starting with `/` or leaving the base URL's origin, an invalid credential or
-    /// two equal ones, `concurrency` outside 2..=1000, a zero timeout, a window of zero or over
-    /// [`MAX_WINDOW`], or `max_requests` below [`planned_requests`](Self::planned_requests).
+    /// a path not starting with `/` or leaving the base URLs' origins, an invalid credential or
+    /// two equal ones, `concurrency` outside 2..=1000, `trials` outside 1..=100, a zero timeout,
+    /// a window of zero or over [`MAX_WINDOW`], or `max_requests` below
+    /// [`planned_requests`](Self::planned_requests).
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.targets().map(|_| ())
     }
 
     pub(crate) fn targets(&self) -> Result<Targets, ConfigError> {
-        let base = &self.base_url;
-        if !matches!(base.scheme(), "http" | "https")
-            || base.host_str().is_none()
-            || base.query().is_some()
-            || base.fragment().is_some()
-            || base.cannot_be_a_base()
-        {
-            return Err(ConfigError::BaseUrl(base.to_string()));
+        let bases: Vec<&Url> = std::iter::once(&self.base_url)
+            .chain(&self.more_base_urls)
+            .collect();
+        for base in &bases {
+            if !matches!(base.scheme(), "http" | "https")
+                || base.host_str().is_none()
+                || base.query().is_some()
+                || base.fragment().is_some()
+                || base.cannot_be_a_base()
+            {
+                return Err(ConfigError::BaseUrl(base.to_string()));
+            }
         }
-        let endpoint = self.join("path", &self.path)?;
+        let base = &self.base_url;
+        let endpoints = bases
+            .iter()
+            .map(|b| join(b, "path", &self.path))
+            .collect::<Result<Vec<_>, _>>()?;
         let other = match &self.other_endpoint {
-            Some((m, p)) => Some((m.clone(), self.join("other endpoint", p)?)),
+            Some((m, p)) => Some((
+                m.clone(),
+                bases
+                    .iter()
+                    .map(|b| join(b, "other endpoint", p))
+                    .collect::<Result<Vec<_>, _>>()?,
+            )),
             None => None,
         };
         let count = match &self.count_url {
@@ -213,7 +307,7 @@ impl AuditConfig {
                     what: "count URL",
                     value: c.clone(),
                 })?;
-                if url.origin() != base.origin() {
+                if !bases.iter().any(|b| b.origin() == url.origin()) {
                     return Err(ConfigError::Path {
                         what: "count URL",
                         value: c.clone(),
@@ -221,10 +315,14 @@ impl AuditConfig {
                 }
                 Some(url)
             }
-            Some(c) => Some(self.join("count URL", c)?),
+            Some(c) => Some(join(base, "count URL", c)?),
             None => None,
         };
-        for (what, cred) in [("first", &self.auth), ("second", &self.second_auth)] {
+        for (what, cred) in [
+            ("first", &self.auth),
+            ("second", &self.second_auth),
+            ("same-account", &self.same_account_auth),
+        ] {
             if let Some(c) = cred
                 && HeaderValue::from_str(c).is_err()
             {
@@ -233,6 +331,14 @@ impl AuditConfig {
         }
         if self.second_auth.is_some() && self.second_auth == self.auth {
             return Err(ConfigError::SameCredentials);
+        }
+        if self.same_account_auth.is_some()
+            && (self.same_account_auth == self.auth || self.same_account_auth == self.second_auth)
+        {
+            return Err(ConfigError::SameAccountCredentials);
+        }
+        if !(1..=MAX_TRIALS).contains(&self.trials) {
+            return Err(ConfigError::Trials(self.trials));
         }
         if !(2..=MAX_CONCURRENCY).contains(&self.concurrency) {
             return Err(ConfigError::Concurrency(self.concurrency));
@@ -253,7 +359,7 @@ impl AuditConfig {
             });
         }
         Ok(Targets {
-            endpoint,
+            endpoints,
             other,
             count,
         })
@@ -263,29 +369,29 @@ impl AuditConfig {
     #[cfg(test)]
     pub(crate) fn targets_unchecked_for_tests(&self) -> Targets {
         Targets {
-            endpoint: self.join("path", &self.path).unwrap(),
+            endpoints: vec![join(&self.base_url, "path", &self.path).unwrap()],
             other: None,
             count: None,
         }
     }
+}
 
-    /// `base_url` + `path` by concatenation (not RFC 3986 resolution, which would drop a base
-    /// path prefix), then checked to still be on the base origin.
-    fn join(&self, what: &'static str, path: &str) -> Result<Url, ConfigError> {
-        let err = || ConfigError::Path {
-            what,
-            value: path.to_owned(),
-        };
-        if !path.starts_with('/') || path.starts_with("//") {
-            return Err(err());
-        }
-        let base = self.base_url.as_str().trim_end_matches('/');
-        let url = Url::parse(&format!("{base}{path}")).map_err(|_| err())?;
-        if url.origin() != self.base_url.origin() {
-            return Err(err());
-        }
-        Ok(url)
+/// `base` + `path` by concatenation (not RFC 3986 resolution, which would drop a base path
+/// prefix), then checked to still be on the base origin.
+fn join(base_url: &Url, what: &'static str, path: &str) -> Result<Url, ConfigError> {
+    let err = || ConfigError::Path {
+        what,
+        value: path.to_owned(),
+    };
+    if !path.starts_with('/') || path.starts_with("//") {
+        return Err(err());
     }
+    let base = base_url.as_str().trim_end_matches('/');
+    let url = Url::parse(&format!("{base}{path}")).map_err(|_| err())?;
+    if url.origin() != base_url.origin() {
+        return Err(err());
+    }
+    Ok(url)
 }
 
 #[cfg(test)]
@@ -306,11 +412,18 @@ mod tests {
         let mut c = cfg("http://127.0.0.1:9/api/");
         c.other_endpoint = Some((Method::POST, "/v1/r?x=1".into()));
         c.count_url = Some("/v1/p".into());
+        c.more_base_urls = vec![Url::parse("http://127.0.0.1:10/api").unwrap()];
         let t = c.targets().unwrap();
-        assert_eq!(t.endpoint.as_str(), "http://127.0.0.1:9/api/v1/p");
         assert_eq!(
-            t.other.unwrap().1.as_str(),
-            "http://127.0.0.1:9/api/v1/r?x=1"
+            t.endpoints.iter().map(Url::as_str).collect::<Vec<_>>(),
+            [
+                "http://127.0.0.1:9/api/v1/p",
+                "http://127.0.0.1:10/api/v1/p"
+            ]
+        );
+        assert_eq!(
+            t.other.unwrap().1[1].as_str(),
+            "http://127.0.0.1:10/api/v1/r?x=1"
         );
         assert_eq!(t.count.unwrap().as_str(), "http://127.0.0.1:9/api/v1/p");
     }
@@ -343,24 +456,41 @@ mod tests {
             cfg("http://127.0.0.1:9/?q=1").validate(),
             Err(ConfigError::BaseUrl(_))
         ));
+        let mut c = cfg("http://127.0.0.1:9");
+        c.more_base_urls = vec![Url::parse("ftp://127.0.0.1:10").unwrap()];
+        assert!(matches!(c.validate(), Err(ConfigError::BaseUrl(_))));
+        // A count URL on another instance's origin is allowed, one elsewhere is not.
+        let mut c = cfg("http://127.0.0.1:9");
+        c.more_base_urls = vec![Url::parse("http://127.0.0.1:10").unwrap()];
+        c.count_url = Some("http://127.0.0.1:10/v1/p".into());
+        assert_eq!(c.validate(), Ok(()));
+        c.count_url = Some("http://127.0.0.1:11/v1/p".into());
+        assert!(matches!(c.validate(), Err(ConfigError::Path { .. })));
     }
 
     #[test]
     fn bounds_are_enforced() {
         let mut c = cfg("http://127.0.0.1:9");
-        assert_eq!(c.planned_requests(), 20 + 18);
+        assert_eq!(c.planned_requests(), 10 * 20 + 41);
         c.count_url = Some("/v1/p".into());
-        assert_eq!(c.planned_requests(), 20 + 18 + 16);
+        assert_eq!(c.planned_requests(), 10 * 20 + 41 + 20 + 22);
+        c.trials = 2;
+        assert_eq!(c.planned_requests(), 2 * 20 + 41 + 4 + 22);
         c.max_requests = 50;
         assert_eq!(
             c.validate(),
             Err(ConfigError::Budget {
                 given: 50,
-                needed: 54
+                needed: 107
             })
         );
-        c.max_requests = 54;
+        c.max_requests = 107;
         assert_eq!(c.validate(), Ok(()));
+        c.trials = 0;
+        assert_eq!(c.validate(), Err(ConfigError::Trials(0)));
+        c.trials = 101;
+        assert_eq!(c.validate(), Err(ConfigError::Trials(101)));
+        c.trials = 1;
         c.concurrency = 1;
         assert_eq!(c.validate(), Err(ConfigError::Concurrency(1)));
         c.concurrency = 2;
@@ -375,5 +505,12 @@ mod tests {
         assert_eq!(c.validate(), Err(ConfigError::SameCredentials));
         c.second_auth = Some("Bearer\nb".into());
         assert_eq!(c.validate(), Err(ConfigError::Credential("second")));
+        c.second_auth = Some("Bearer b".into());
+        c.same_account_auth = Some("Bearer b".into());
+        assert_eq!(c.validate(), Err(ConfigError::SameAccountCredentials));
+        c.same_account_auth = Some("Bearer a".into());
+        assert_eq!(c.validate(), Err(ConfigError::SameAccountCredentials));
+        c.same_account_auth = Some("Bearer a2".into());
+        assert_eq!(c.validate(), Ok(()));
     }
 }

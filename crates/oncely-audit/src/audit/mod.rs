@@ -23,34 +23,47 @@
 //! # What it does
 //!
 //! [`run`] sends a bounded series of requests to one endpoint (and, when configured, one other
-//! endpoint and a count URL on the same origin) and reports ten checks, listed with their
-//! decisions in [`checks`]: concurrency, replay fidelity, payload mismatch, canonical JSON,
-//! cross-endpoint, cross-scope, malformed keys, missing key, in-flight response, expiry. Each is
-//! PASS, FAIL (naming an [anti-pattern](anti_patterns)), N/A, or INCONCLUSIVE, with the
-//! exchanges as evidence.
+//! endpoint and a count URL), spread across one or more base URLs (instances of one API), and
+//! reports thirteen checks, listed with their decisions in [`checks`]: concurrency (repeated
+//! bursts), replay fidelity, payload mismatch, canonical JSON, cross-endpoint, cross-scope,
+//! refreshed credential, session scope, client bypass, malformed keys, missing key, in-flight
+//! response, expiry. Each is PASS, FAIL (naming an [anti-pattern](anti_patterns)), N/A (with
+//! the reason it cannot say anything), or INCONCLUSIVE, with the exchanges as evidence. When one
+//! fault explains several failures (the key is ignored altogether), the report names it once as
+//! its [root cause](AuditReport::root_cause) and marks the others as its consequences.
+//!
+//! # How sure a PASS is
+//!
+//! The concurrency check fires [`AuditConfig::trials`] bursts (default [`DEFAULT_TRIALS`], 10),
+//! each of [`AuditConfig::concurrency`] identical requests with its own key. A race that shows
+//! independently in a share `s` of bursts escapes all `n` with probability `(1 - s)^n`: the
+//! report states the confidence of a PASS as `1 - 2^-n` for a race present in at least half of
+//! the bursts (99.9% with the default), and gives the executions of every burst
+//! ([`AuditReport::trials`]).
 //!
 //! # Bounds
 //!
-//! - Requests go only to `base_url`'s origin; redirects are not followed, no proxy is used,
+//! - Requests go only to the base URLs' origins; redirects are not followed, no proxy is used,
 //!   the HTTP client does not retry.
 //! - At most [`AuditConfig::max_requests`] requests (default 500; a run needs
-//!   [`AuditConfig::planned_requests`], 38 with the defaults), each bounded by
-//!   [`AuditConfig::timeout`] (default 10 s). Response bodies are read up to 1 MiB.
+//!   [`AuditConfig::planned_requests`], 241 with the defaults, 283 with a count URL), each
+//!   bounded by [`AuditConfig::timeout`] (default 10 s). Response bodies are read up to 1 MiB.
 //! - The only deliberate wait is the expiry check's: the window plus 10% (at least 1 s), and the
 //!   window is at most [`MAX_WINDOW`] (600 s). The in-flight check waits half the first
 //!   request's latency (between 5 ms and 2 s) before its duplicate, halving it for at most two
 //!   more pairs.
-//! - Worst case (a server that never answers): the requests after the concurrency burst run one
-//!   at a time, so an audit lasts at most about
-//!   `(planned_requests - concurrency + 1) x timeout`, plus the expiry wait: about 6 minutes with
-//!   a count URL and the default 10 s timeout (35 x 10 s).
+//! - Worst case (a server that never answers): each burst lasts one timeout and every other
+//!   request runs one at a time, so an audit lasts at most about
+//!   `(planned_requests - trials x concurrency + trials) x timeout`, plus the expiry wait:
+//!   about 15 minutes with a count URL and the defaults (93 x 10 s). A server that answers
+//!   takes seconds (the crate's tests audit fixtures in about one second each).
 //!
 //! # Side effects on the target
 //!
 //! The audit creates resources like any client: a successful run of a correct server creates
-//! about five (the baseline, the concurrency winner, the in-flight pair's winner, the second
-//! caller's, the expiry re-execution); a server with the mistakes the audit looks for creates
-//! more. Audit a test deployment.
+//! about twenty (the baseline, one per burst, the in-flight pairs' winners, the client-bypass
+//! check's, the other endpoint's, the second caller's, the expiry re-execution); a server with
+//! the mistakes the audit looks for creates more. Audit a test deployment.
 
 mod body;
 pub mod checks;
@@ -60,9 +73,9 @@ mod report;
 
 pub use config::{
     AuditConfig, ConfigError, DEFAULT_CONCURRENCY, DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT,
-    MAX_CONCURRENCY, MAX_WINDOW,
+    DEFAULT_TRIALS, MAX_CONCURRENCY, MAX_TRIALS, MAX_WINDOW,
 };
-pub use report::{AuditReport, CheckResult, Status};
+pub use report::{AuditReport, CheckResult, RootCause, Status, Trials};
 /// The URL type of [`AuditConfig::base_url`] (re-exported from `reqwest`, which re-exports
 /// the `url` crate's).
 pub use reqwest::Url;
@@ -127,6 +140,66 @@ pub mod anti_patterns {
     /// execution's insert hits the old row's unique constraint and silently does nothing
     /// (`ON CONFLICT DO NOTHING`) while the handler answers as if it had created it.
     pub const PHANTOM_EXECUTION: &str = "success for a resource that was not stored";
+    /// A retry under another token of the same account (a refreshed credential) executed
+    /// again or was refused: the `Authorization` header, or a hash of it, is part of the key or
+    /// its fingerprint, so a token refresh between two attempts charges twice.
+    pub const CREDENTIAL_IN_KEY: &str =
+        "credential hashed into the key (a refreshed token executes again)";
+    /// Another caller presenting the first caller's session cookie got the first caller's
+    /// stored response: the records live in (or are looked up by) the session, not the
+    /// authenticated caller.
+    pub const SESSION_SCOPED_RECORDS: &str =
+        "idempotency records scoped by the session cookie, not the caller";
+    /// A request header the client controls (a replay marker such as `Idempotent-Replayed` or
+    /// `X-Idempotency-Replay`, or `Cache-Control: no-cache`) changed the outcome: a replay was
+    /// skipped, or the key was wedged in flight for ever.
+    pub const CLIENT_CONTROLLED_BYPASS: &str =
+        "client-controlled bypass (a request header changes deduplication)";
+}
+
+/// The failures a key that is ignored altogether also causes: reported as its consequences,
+/// not as separate anti-patterns.
+const KEY_IGNORED_CONSEQUENCES: [&str; 8] = [
+    anti_patterns::CHECK_THEN_INSERT_RACE,
+    anti_patterns::BINARY_KEY_STATE,
+    anti_patterns::MISMATCH_EXECUTED,
+    anti_patterns::BYTE_LEVEL_KEYING,
+    anti_patterns::NO_KEY_VALIDATION,
+    anti_patterns::KEY_OPTIONAL,
+    anti_patterns::CREDENTIAL_IN_KEY,
+    anti_patterns::REPLAY_DIFFERS,
+];
+
+/// One cause, one finding: when replay-fidelity shows the key ignored altogether, that is the
+/// root cause, and the failures it explains lose their own anti-pattern.
+fn diagnose(checks: &mut [CheckResult]) -> Option<RootCause> {
+    let root = checks
+        .iter()
+        .find(|c| c.name == checks::REPLAY_FIDELITY)
+        .filter(|c| c.anti_pattern == Some(anti_patterns::KEY_IGNORED))?
+        .name;
+    let mut consequences = Vec::new();
+    for c in checks.iter_mut() {
+        if c.name != root
+            && c.status == Status::Fail
+            && c.anti_pattern
+                .is_some_and(|a| KEY_IGNORED_CONSEQUENCES.contains(&a))
+        {
+            c.detail = format!(
+                "a consequence of the root cause ({}, shown by {root}), not a separate fault: {}",
+                anti_patterns::KEY_IGNORED,
+                c.detail
+            );
+            c.anti_pattern = None;
+            c.consequence_of = Some(anti_patterns::KEY_IGNORED);
+            consequences.push(c.name);
+        }
+    }
+    Some(RootCause {
+        anti_pattern: anti_patterns::KEY_IGNORED,
+        check: root,
+        consequences,
+    })
 }
 
 /// Runs every check against the configured endpoint and returns the report. Never panics on
@@ -138,22 +211,31 @@ pub mod anti_patterns {
 ///
 /// Checks run one after another, never overlapping: replay fidelity first (its first request
 /// is the baseline the other checks compare with), then canonical JSON, payload mismatch,
-/// cross-endpoint, cross-scope, concurrency, in-flight, malformed keys, missing key, expiry. The
-/// report lists them in the contract's order ([`checks::ALL`]).
+/// cross-endpoint, cross-scope, refreshed credential, session scope, client bypass,
+/// concurrency (its bursts one after the other), in-flight, malformed keys, missing key,
+/// expiry. The report lists them in the contract's order ([`checks::ALL`]), after its
+/// [root cause](AuditReport::root_cause) and warnings.
 pub async fn run(cfg: &AuditConfig) -> AuditReport {
-    let target = format!(
+    let mut target = format!(
         "{} {}",
         cfg.method,
         cfg.base_url.as_str().trim_end_matches('/').to_owned() + &cfg.path
     );
+    if !cfg.more_base_urls.is_empty() {
+        target.push_str(&format!(" (+{} instances)", cfg.more_base_urls.len()));
+    }
     let setup_failure = |detail: String| AuditReport {
         target: target.clone(),
         requests_sent: 0,
+        root_cause: None,
+        warnings: Vec::new(),
+        trials: None,
         checks: vec![CheckResult {
             name: checks::CONFIGURATION,
             title: "the audit configuration is usable",
             status: Status::Inconclusive,
             anti_pattern: None,
+            consequence_of: None,
             evidence: Vec::new(),
             detail,
         }],
@@ -167,37 +249,51 @@ pub async fn run(cfg: &AuditConfig) -> AuditReport {
         Err(e) => return setup_failure(format!("nothing was sent: the HTTP client: {e}")),
     };
 
+    let mut warnings = Vec::new();
     let (replay, baseline) = checks::replay::replay_fidelity(&p).await;
-    let canonical = checks::variants::canonical_json(&p, baseline.as_ref()).await;
-    let mismatch = checks::variants::payload_mismatch(&p, baseline.as_ref()).await;
-    let endpoint = checks::variants::cross_endpoint(&p, baseline.as_ref()).await;
-    let scope = checks::variants::cross_scope(&p, baseline.as_ref()).await;
-    let concurrency = checks::concurrency::concurrency(&p, cfg.concurrency).await;
-    let in_flight = checks::in_flight::in_flight(
+    let base = baseline.as_ref();
+    let canonical = checks::variants::canonical_json(&p, base).await;
+    let mismatch = checks::variants::payload_mismatch(&p, base).await;
+    let endpoint = checks::variants::cross_endpoint(&p, base).await;
+    let scope = checks::variants::cross_scope(&p, base, &mut warnings).await;
+    let refreshed = checks::credentials::refreshed_credential(&p, base).await;
+    let session = checks::credentials::session_scope(
         &p,
-        baseline.as_ref(),
-        &concurrency.conflicts,
-        concurrency.all_identical,
+        base,
+        scope.anti_pattern == Some(anti_patterns::GLOBAL_KEY_SCOPE),
     )
     .await;
+    let bypass = checks::bypass::client_bypass(&p, base).await;
+    let concurrency = checks::concurrency::concurrency(&p, cfg.concurrency, cfg.trials).await;
+    let in_flight =
+        checks::in_flight::in_flight(&p, base, &concurrency.conflicts, concurrency.all_identical)
+            .await;
     let malformed = checks::keys::malformed_keys(&p).await;
     let missing = checks::keys::missing_key(&p).await;
-    let expiry = checks::expiry::expiry(&p, baseline.as_ref(), cfg.window).await;
+    let expiry = checks::expiry::expiry(&p, base, cfg.window).await;
 
+    let mut results = vec![
+        concurrency.result,
+        replay,
+        mismatch,
+        canonical,
+        endpoint,
+        scope,
+        refreshed,
+        session,
+        bypass,
+        malformed,
+        missing,
+        in_flight,
+        expiry,
+    ];
+    let root_cause = diagnose(&mut results);
     AuditReport {
         target,
         requests_sent: p.sent(),
-        checks: vec![
-            concurrency.result,
-            replay,
-            mismatch,
-            canonical,
-            endpoint,
-            scope,
-            malformed,
-            missing,
-            in_flight,
-            expiry,
-        ],
+        root_cause,
+        warnings,
+        trials: Some(concurrency.trials),
+        checks: results,
     }
 }

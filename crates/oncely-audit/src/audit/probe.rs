@@ -4,14 +4,23 @@ use super::config::{AuditConfig, Targets};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use reqwest::Url;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// The request header carrying the key (draft-ietf-httpapi-idempotency-key-header section 2).
 pub(crate) const KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 
-/// The response header marking a replay (Stripe's convention, Oncely's contract).
-pub(crate) const REPLAYED_HEADER: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// The response headers recognised as marking a replay when their value is `true` (or `1`):
+/// `Idempotent-Replayed` (Stripe's convention, Oncely's contract) and the variants other
+/// middlewares send.
+pub(crate) const REPLAY_MARKERS: [&str; 5] = [
+    "idempotent-replayed",
+    "idempotency-replayed",
+    "x-idempotent-replayed",
+    "x-idempotency-replayed",
+    "x-idempotency-replay",
+];
 
 /// Response bodies are read up to this many bytes (1 MiB); the rest is dropped.
 const MAX_BODY: usize = 1 << 20;
@@ -63,22 +72,75 @@ pub(crate) fn fresh_value() -> HeaderValue {
 }
 
 /// Which credential a request carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Cred {
     /// [`AuditConfig::auth`].
     First,
     /// [`AuditConfig::second_auth`].
     Second,
+    /// [`AuditConfig::same_account_auth`].
+    SameAccount,
+}
+
+impl Cred {
+    fn index(self) -> usize {
+        match self {
+            Self::First => 0,
+            Self::Second => 1,
+            Self::SameAccount => 2,
+        }
+    }
+
+    /// Whose cookie jar a credential uses: a refreshed token is the first caller's client
+    /// again, so it shares the first caller's jar.
+    fn jar(self) -> usize {
+        match self {
+            Self::Second => 1,
+            Self::First | Self::SameAccount => 0,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::First => "first credential",
+            Self::Second => "second credential",
+            Self::SameAccount => "same-account credential",
+        }
+    }
+}
+
+/// Where a request goes.
+#[derive(Debug, Clone)]
+pub(crate) enum Dest {
+    /// The audited endpoint, on the next base URL in turn.
+    Endpoint,
+    /// The other endpoint, on the next base URL in turn.
+    Other,
+    /// This URL (the count URL, a `Location`).
+    Url(Url),
 }
 
 /// One request to send.
 #[derive(Debug, Clone)]
 pub(crate) struct Probe {
     pub(crate) method: Method,
-    pub(crate) url: Url,
+    pub(crate) dest: Dest,
     pub(crate) key: Key,
     pub(crate) body: Option<Bytes>,
     pub(crate) cred: Cred,
+    /// Whose cookie jar the request presents (when cookies are on): usually `cred`'s own.
+    pub(crate) cookies_of: Cred,
+    /// Extra request headers (the client-bypass check's markers).
+    pub(crate) extra: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Probe {
+    /// The same probe under another credential (with that credential's own cookies).
+    pub(crate) fn with_cred(mut self, cred: Cred) -> Self {
+        self.cred = cred;
+        self.cookies_of = cred;
+        self
+    }
 }
 
 /// One request and the response it got.
@@ -111,13 +173,20 @@ impl std::fmt::Display for ProbeError {
     }
 }
 
+/// One credential's cookies: `(name, value)` pairs in the order they were set.
+type Jar = Vec<(String, String)>;
+
 /// The bounded client. Why no redirects and no proxy: the audit's traffic goes only to the
 /// origin the user named. Why no retries: an audit that silently retried would hide the very
 /// behaviour it measures.
 pub(crate) struct Prober {
     client: reqwest::Client,
-    auth: Option<HeaderValue>,
-    second_auth: Option<HeaderValue>,
+    /// The credentials, by [`Cred::index`].
+    creds: [Option<HeaderValue>; 3],
+    /// One cookie jar per client (by [`Cred::jar`]), `None` when cookies are off.
+    jars: Option<Mutex<[Jar; 2]>>,
+    /// The next base URL to use (round robin).
+    next_base: AtomicUsize,
     max_requests: usize,
     sent: AtomicUsize,
     timeout: Duration,
@@ -127,6 +196,10 @@ pub(crate) struct Prober {
     pub(crate) json: serde_json::Value,
     /// The configured body as sent (compact JSON), `None` for `Null`.
     pub(crate) body: Option<Bytes>,
+    /// The other endpoint's body as sent: [`AuditConfig::other_body`], else `body`.
+    pub(crate) other_body: Option<Bytes>,
+    /// Whether [`AuditConfig::other_body`] was given.
+    pub(crate) other_body_given: bool,
 }
 
 impl Prober {
@@ -147,8 +220,13 @@ impl Prober {
         };
         Ok(Self {
             client,
-            auth: header(&cfg.auth).map(mark_sensitive),
-            second_auth: header(&cfg.second_auth).map(mark_sensitive),
+            creds: [
+                header(&cfg.auth).map(mark_sensitive),
+                header(&cfg.second_auth).map(mark_sensitive),
+                header(&cfg.same_account_auth).map(mark_sensitive),
+            ],
+            jars: cfg.cookies.then(|| Mutex::new(Default::default())),
+            next_base: AtomicUsize::new(0),
             max_requests: cfg.max_requests,
             sent: AtomicUsize::new(0),
             timeout: cfg.timeout,
@@ -157,12 +235,43 @@ impl Prober {
             json: cfg.body.clone(),
             body: (!cfg.body.is_null())
                 .then(|| Bytes::from(serde_json::to_vec(&cfg.body).expect("a Value serializes"))),
+            other_body: match &cfg.other_body {
+                Some(v) if v.is_null() => None,
+                Some(v) => Some(Bytes::from(
+                    serde_json::to_vec(v).expect("a Value serializes"),
+                )),
+                None => (!cfg.body.is_null()).then(|| {
+                    Bytes::from(serde_json::to_vec(&cfg.body).expect("a Value serializes"))
+                }),
+            },
+            other_body_given: cfg.other_body.is_some(),
         })
     }
 
-    /// Whether a second credential is configured.
-    pub(crate) fn has_second_auth(&self) -> bool {
-        self.second_auth.is_some()
+    /// Whether this credential is configured.
+    pub(crate) fn has(&self, cred: Cred) -> bool {
+        self.creds[cred.index()].is_some()
+    }
+
+    /// Whether cookie jars are on.
+    pub(crate) fn cookies_on(&self) -> bool {
+        self.jars.is_some()
+    }
+
+    /// The names of the cookies in `cred`'s jar.
+    pub(crate) fn cookie_names(&self, cred: Cred) -> Vec<String> {
+        match &self.jars {
+            Some(j) => j.lock().expect("jar lock")[cred.jar()]
+                .iter()
+                .map(|(n, _)| n.clone())
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// How many base URLs requests are spread across.
+    pub(crate) fn instances(&self) -> usize {
+        self.targets.endpoints.len()
     }
 
     /// How many requests were sent so far.
@@ -174,11 +283,42 @@ impl Prober {
     pub(crate) fn probe(&self, key: Key) -> Probe {
         Probe {
             method: self.method.clone(),
-            url: self.targets.endpoint.clone(),
+            dest: Dest::Endpoint,
             key,
             body: self.body.clone(),
             cred: Cred::First,
+            cookies_of: Cred::First,
+            extra: Vec::new(),
         }
+    }
+
+    /// The URL a probe goes to; `advance` takes the next base URL in turn.
+    fn resolve(&self, dest: &Dest, advance: bool) -> Url {
+        let pick = |urls: &[Url]| {
+            let i = if advance {
+                self.next_base.fetch_add(1, Ordering::SeqCst)
+            } else {
+                0
+            };
+            urls[i % urls.len()].clone()
+        };
+        match dest {
+            Dest::Endpoint => pick(&self.targets.endpoints),
+            Dest::Other => pick(
+                &self
+                    .targets
+                    .other
+                    .as_ref()
+                    .expect("Dest::Other is used only with another endpoint")
+                    .1,
+            ),
+            Dest::Url(u) => u.clone(),
+        }
+    }
+
+    /// A request as an evidence line, before it is sent (the first base URL is shown).
+    pub(crate) fn describe(&self, p: &Probe) -> String {
+        describe_request(p, &self.resolve(&p.dest, false), self.instances() > 1)
     }
 
     /// Takes one request from the budget, or says it is spent.
@@ -193,8 +333,9 @@ impl Prober {
 
     /// Sends one request and reads the whole response (up to 1 MiB of body).
     pub(crate) async fn send(&self, p: &Probe) -> Result<Exchange, ProbeError> {
-        let request = describe_request(p);
         self.take_budget()?;
+        let url = self.resolve(&p.dest, true);
+        let request = describe_request(p, &url, self.instances() > 1);
         let mut headers = HeaderMap::new();
         match &p.key {
             Key::Absent => {}
@@ -206,14 +347,23 @@ impl Prober {
                 headers.append(KEY_HEADER, b.clone());
             }
         }
-        let cred = match p.cred {
-            Cred::First => &self.auth,
-            Cred::Second => &self.second_auth,
-        };
-        if let Some(c) = cred {
+        if let Some(c) = &self.creds[p.cred.index()] {
             headers.insert(header::AUTHORIZATION, c.clone());
         }
-        let mut rb = self.client.request(p.method.clone(), p.url.clone());
+        if let Some(jars) = &self.jars {
+            let jar = &jars.lock().expect("jar lock")[p.cookies_of.jar()];
+            if !jar.is_empty() {
+                let text: Vec<String> = jar.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                if let Ok(mut v) = HeaderValue::from_str(&text.join("; ")) {
+                    v.set_sensitive(true);
+                    headers.insert(header::COOKIE, v);
+                }
+            }
+        }
+        for (name, value) in &p.extra {
+            headers.append(name.clone(), value.clone());
+        }
+        let mut rb = self.client.request(p.method.clone(), url);
         if let Some(body) = &p.body {
             headers.insert(
                 header::CONTENT_TYPE,
@@ -232,6 +382,12 @@ impl Prober {
         let mut resp = rb.headers(headers).send().await.map_err(transport)?;
         let status = resp.status();
         let headers = resp.headers().clone();
+        if let Some(jars) = &self.jars {
+            let jar = &mut jars.lock().expect("jar lock")[p.cred.jar()];
+            for v in headers.get_all(header::SET_COOKIE) {
+                store_cookie(jar, v.as_bytes());
+            }
+        }
         let mut body = BytesMut::new();
         while let Some(chunk) = resp.chunk().await.map_err(transport)? {
             let room = MAX_BODY - body.len();
@@ -255,13 +411,24 @@ impl Prober {
     /// Accepted shapes: a JSON array; an object with a numeric `count`, `total`, `total_count`
     /// or `totalCount`; an object with an array under `data`, `items` or `results`.
     pub(crate) async fn count(&self) -> Option<Result<Counted, String>> {
+        self.count_as(Cred::First).await.map(|r| r.map(|(c, _)| c))
+    }
+
+    /// Reads the count URL with `cred`: the count and the ids listed (when the listing is an
+    /// array of objects with `id`s).
+    pub(crate) async fn count_as(
+        &self,
+        cred: Cred,
+    ) -> Option<Result<(Counted, Vec<String>), String>> {
         let url = self.targets.count.clone()?;
         let p = Probe {
             method: Method::GET,
-            url,
+            dest: Dest::Url(url),
             key: Key::Absent,
             body: None,
-            cred: Cred::First,
+            cred,
+            cookies_of: cred,
+            extra: Vec::new(),
         };
         Some(match self.send(&p).await {
             Err(e) => Err(format!("count URL: {e}")),
@@ -273,10 +440,16 @@ impl Prober {
                 .as_ref()
                 .and_then(count_in)
             {
-                Some(n) => Ok(Counted {
-                    n,
-                    evidence: format!("count URL: {n} resource(s)"),
-                }),
+                Some(n) => Ok((
+                    Counted {
+                        n,
+                        evidence: match cred {
+                            Cred::First => format!("count URL: {n} resource(s)"),
+                            c => format!("count URL read with the {}: {n} resource(s)", c.label()),
+                        },
+                    },
+                    ex.json().map(|v| ids_in(&v)).unwrap_or_default(),
+                )),
                 None => Err(format!(
                     "count URL body has no recognisable count: {}",
                     truncate_body(&ex.body)
@@ -311,6 +484,52 @@ fn count_in(v: &serde_json::Value) -> Option<u64> {
     None
 }
 
+/// The `id`s of the objects a listing holds (a JSON array, or one under `data` / `items` /
+/// `results`).
+fn ids_in(v: &serde_json::Value) -> Vec<String> {
+    let list = v.as_array().or_else(|| {
+        ["data", "items", "results"]
+            .iter()
+            .find_map(|k| v.get(*k).and_then(serde_json::Value::as_array))
+    });
+    list.map(|a| a.iter().filter_map(id_of).collect())
+        .unwrap_or_default()
+}
+
+fn id_of(v: &serde_json::Value) -> Option<String> {
+    match v.get("id")? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Applies one `Set-Cookie` (RFC 6265 section 5.2, simplified: the name and value; a
+/// `Max-Age` of zero or less, or an empty value, deletes the cookie; `Domain`, `Path` and
+/// `Expires` are ignored, as every request goes to the audited API).
+fn store_cookie(jar: &mut Jar, raw: &[u8]) {
+    let text = String::from_utf8_lossy(raw);
+    let mut parts = text.split(';');
+    let Some((name, value)) = parts.next().and_then(|nv| nv.split_once('=')) else {
+        return;
+    };
+    let (name, value) = (name.trim().to_owned(), value.trim().to_owned());
+    if name.is_empty() {
+        return;
+    }
+    let deleted = value.is_empty()
+        || parts.any(|a| {
+            a.trim().split_once('=').is_some_and(|(k, v)| {
+                k.trim().eq_ignore_ascii_case("max-age")
+                    && v.trim().parse::<i64>().is_ok_and(|n| n <= 0)
+            })
+        });
+    jar.retain(|(n, _)| *n != name);
+    if !deleted {
+        jar.push((name, value));
+    }
+}
+
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
@@ -332,21 +551,39 @@ impl Exchange {
     /// `data.id`.
     pub(crate) fn id(&self) -> Option<String> {
         let v = self.json()?;
-        let id = v
-            .get("id")
-            .or_else(|| v.get("data").and_then(|d| d.get("id")))?;
-        match id {
-            serde_json::Value::String(s) => Some(s.clone()),
-            serde_json::Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        }
+        id_of(&v).or_else(|| v.get("data").and_then(id_of))
     }
 
-    /// Whether the response carries `Idempotent-Replayed: true`.
+    /// The replay marker the response carries with the value `true` (or `1`), if any: one of
+    /// [`REPLAY_MARKERS`] (`Idempotent-Replayed`, `Idempotency-Replayed`,
+    /// `X-Idempotent-Replayed`, ...).
+    pub(crate) fn replay_marker(&self) -> Option<&'static str> {
+        REPLAY_MARKERS.into_iter().find(|m| {
+            self.headers.get(*m).is_some_and(|v| {
+                let v = v.as_bytes();
+                v.eq_ignore_ascii_case(b"true") || v == b"1"
+            })
+        })
+    }
+
+    /// Whether the response carries a replay marker ([`Self::replay_marker`]).
     pub(crate) fn marked_replay(&self) -> bool {
+        self.replay_marker().is_some()
+    }
+
+    /// The names of the cookies the response sets.
+    pub(crate) fn set_cookie_names(&self) -> Vec<String> {
         self.headers
-            .get(REPLAYED_HEADER)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| {
+                let t = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                t.split(';')
+                    .next()
+                    .and_then(|nv| nv.split_once('='))
+                    .map(|(n, _)| n.trim().to_owned())
+            })
+            .collect()
     }
 
     /// A machine-readable error code in the body: problem+json's `code` extension, a Stripe-style
@@ -404,6 +641,7 @@ pub(crate) fn is_significant(name: &HeaderName) -> bool {
         "location" | "content-type" | "content-location" | "etag" | "link"
     ) || (n.starts_with("x-")
         && !PER_EXCHANGE_HEADERS.contains(&n)
+        && !REPLAY_MARKERS.contains(&n)
         && !n.starts_with("x-ratelimit"))
 }
 
@@ -416,10 +654,17 @@ fn describe_key(v: &HeaderValue) -> String {
     }
 }
 
-/// A request as an evidence line: `> METHOD /path Idempotency-Key: "k" Authorization: <first
-/// credential> body: {...}`.
-pub(crate) fn describe_request(p: &Probe) -> String {
-    let mut s = format!("> {} {}", p.method, path_and_query(&p.url));
+/// A request as an evidence line: `> METHOD /path Idempotency-Key: "k" Authorization: <second
+/// credential> body: {...}` (with several base URLs, the path is preceded by `host:port`).
+pub(crate) fn describe_request(p: &Probe, url: &Url, show_origin: bool) -> String {
+    let origin = match (show_origin, url.host_str()) {
+        (true, Some(h)) => match url.port() {
+            Some(port) => format!("{h}:{port}"),
+            None => h.to_owned(),
+        },
+        _ => String::new(),
+    };
+    let mut s = format!("> {} {origin}{}", p.method, path_and_query(url));
     match &p.key {
         Key::Absent => s.push_str(" (no Idempotency-Key)"),
         Key::One(v) => s.push_str(&format!(" Idempotency-Key: {}", describe_key(v))),
@@ -431,7 +676,19 @@ pub(crate) fn describe_request(p: &Probe) -> String {
     }
     match p.cred {
         Cred::First => {}
-        Cred::Second => s.push_str(" Authorization: <second credential>"),
+        c => s.push_str(&format!(" Authorization: <{}>", c.label())),
+    }
+    if p.cookies_of != p.cred {
+        s.push_str(&format!(
+            " Cookie: <the {}'s cookies>",
+            p.cookies_of.label()
+        ));
+    }
+    for (name, value) in &p.extra {
+        s.push_str(&format!(
+            " {name}: {}",
+            String::from_utf8_lossy(value.as_bytes())
+        ));
     }
     if let Some(b) = &p.body {
         s.push_str(&format!(" body: {}", truncate_body(b)));
@@ -453,7 +710,7 @@ pub(crate) fn describe_response(ex: &Exchange) -> String {
     let mut shown = Vec::new();
     for (name, value) in &ex.headers {
         let n = name.as_str();
-        if is_significant(name) || matches!(n, "retry-after" | "idempotent-replayed") {
+        if is_significant(name) || n == "retry-after" || REPLAY_MARKERS.contains(&n) {
             shown.push(format!(
                 "{name}: {}",
                 String::from_utf8_lossy(value.as_bytes())
@@ -552,26 +809,87 @@ mod tests {
     }
 
     #[test]
+    fn recognises_replay_marker_variants() {
+        for m in [
+            "Idempotent-Replayed",
+            "Idempotency-Replayed",
+            "X-Idempotent-Replayed",
+        ] {
+            let e = ex(200, &[(m, "true")], "{}");
+            assert_eq!(
+                e.replay_marker().map(str::to_owned),
+                Some(m.to_ascii_lowercase())
+            );
+            assert!(e.marked_replay(), "{m}");
+            assert!(!is_significant(
+                &HeaderName::from_bytes(m.as_bytes()).unwrap()
+            ));
+        }
+        assert!(ex(200, &[("Idempotency-Replayed", "1")], "{}").marked_replay());
+        assert!(!ex(200, &[("Idempotent-Replayed", "false")], "{}").marked_replay());
+        assert!(!ex(200, &[("Replayed", "true")], "{}").marked_replay());
+    }
+
+    #[test]
+    fn cookie_jar_keeps_names_and_values_and_deletes() {
+        let mut jar = Vec::new();
+        store_cookie(&mut jar, b"sid=abc; Path=/; HttpOnly");
+        store_cookie(&mut jar, b"theme=dark");
+        store_cookie(&mut jar, b"sid=def; Max-Age=60");
+        assert_eq!(
+            jar,
+            vec![
+                ("theme".to_owned(), "dark".to_owned()),
+                ("sid".to_owned(), "def".to_owned())
+            ]
+        );
+        store_cookie(&mut jar, b"theme=x; Max-Age=0");
+        store_cookie(&mut jar, b"garbage");
+        assert_eq!(jar, vec![("sid".to_owned(), "def".to_owned())]);
+        assert_eq!(
+            ex(200, &[("set-cookie", "sid=1; Path=/")], "").set_cookie_names(),
+            vec!["sid".to_owned()]
+        );
+    }
+
+    #[test]
     fn counts_common_list_shapes() {
         use serde_json::json;
         assert_eq!(count_in(&json!([1, 2, 3])), Some(3));
         assert_eq!(count_in(&json!({"total_count": 4, "data": []})), Some(4));
         assert_eq!(count_in(&json!({"data": [1, 2]})), Some(2));
         assert_eq!(count_in(&json!({"nothing": 1})), None);
+        assert_eq!(
+            ids_in(&json!({"data": [{"id": "a"}, {"id": 2}, {}]})),
+            vec!["a".to_owned(), "2".to_owned()]
+        );
     }
 
     #[test]
     fn evidence_lines_hide_credentials_and_truncate() {
-        let p = Probe {
+        let url = Url::parse("http://127.0.0.1:1/v1/p?x=1").unwrap();
+        let mut p = Probe {
             method: Method::POST,
-            url: Url::parse("http://127.0.0.1:1/v1/p?x=1").unwrap(),
+            dest: Dest::Url(url.clone()),
             key: Key::One(HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap()),
             body: Some(Bytes::from_static(b"{\"a\":1}")),
             cred: Cred::Second,
+            cookies_of: Cred::Second,
+            extra: Vec::new(),
         };
         assert_eq!(
-            describe_request(&p),
+            describe_request(&p, &url, false),
             r#"> POST /v1/p?x=1 Idempotency-Key: "caf\xc3\xa9" Authorization: <second credential> body: {"a":1}"#
+        );
+        p.cookies_of = Cred::First;
+        p.extra = vec![(
+            HeaderName::from_static("x-idempotency-replay"),
+            HeaderValue::from_static("true"),
+        )];
+        p.body = None;
+        assert_eq!(
+            describe_request(&p, &url, true),
+            r#"> POST 127.0.0.1:1/v1/p?x=1 Idempotency-Key: "caf\xc3\xa9" Authorization: <second credential> Cookie: <the first credential's cookies> x-idempotency-replay: true"#
         );
         let long = "x".repeat(300);
         let t = truncate_body(long.as_bytes());

@@ -6,7 +6,7 @@
 //! FAIL is evidence of, the detail and the exchanges) or, with `--json`, as
 //! [`AuditReport::to_json`]. Exit status 0 when every check is PASS or N/A, 1 otherwise.
 //!
-//! Traffic goes only to the base URL's origin, at most `--max-requests` requests (default 500),
+//! Traffic goes only to the base URLs' origins, at most `--max-requests` requests (default 500),
 //! each bounded by `--timeout-secs` (default 10 s); see [`oncely_audit::audit`] for the checks
 //! and bounds. The audit creates real resources: point it at a test deployment.
 
@@ -19,8 +19,11 @@ use std::time::Duration;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Where the API lives: http://host:port, optionally with a path prefix (/api). (https is
-    /// not built in.)
-    base_url: String,
+    /// not built in.) Several base URLs audit a multi-instance API without a proxy: the
+    /// endpoint's requests are spread across them in turn (the count URL is read from the
+    /// first).
+    #[arg(required = true, num_args = 1..)]
+    base_urls: Vec<String>,
     /// The audited endpoint: 'METHOD /path' under the base URL (e.g. 'POST /v1/payments').
     #[arg(long)]
     endpoint: String,
@@ -31,21 +34,38 @@ pub struct Args {
     /// The first caller's full Authorization header value (e.g. 'Bearer acct_1'); never printed.
     #[arg(long)]
     auth: Option<String>,
-    /// A second, different caller's Authorization value, for the key-scope check (N/A without).
+    /// A second caller's Authorization value, of another account, for the key-scope check (N/A
+    /// without). The report warns when it looks like the first caller's account.
     #[arg(long)]
     second_auth: Option<String>,
+    /// Another token of the first caller's account (a refreshed credential), for the
+    /// refreshed-credential check: a retry under it must be replayed (N/A without).
+    #[arg(long)]
+    same_account_auth: Option<String>,
+    /// Keep a cookie jar per caller and send its cookies back (for session-bound APIs); also
+    /// enables the session-scope check (with --second-auth).
+    #[arg(long)]
+    cookies: bool,
     /// A GET URL on the same origin (or a path under the base URL) listing the created
     /// resources (a JSON array, or an object with count/total/data/items), read before and
     /// after the checks that must not execute twice.
     #[arg(long)]
     count_url: Option<String>,
     /// Another endpoint of the same API that accepts keys, 'METHOD /path', for the
-    /// cross-endpoint check (N/A without).
+    /// cross-endpoint check (N/A without, or when it refuses its own request).
     #[arg(long)]
     other_endpoint: Option<String>,
+    /// The JSON body the other endpoint accepts with a 2xx; @FILE reads it from a file.
+    /// Without it, the other endpoint is sent --body.
+    #[arg(long, requires = "other_endpoint")]
+    other_body: Option<String>,
     /// Identical requests fired at once by the concurrency check (2..=1000).
     #[arg(long, default_value_t = audit::DEFAULT_CONCURRENCY)]
     concurrency: usize,
+    /// Bursts the concurrency check fires, each with its own key (1..=100): a race present in
+    /// at least half of the bursts is caught with probability 1 - 2^-trials (99.9% with 10).
+    #[arg(long, default_value_t = audit::DEFAULT_TRIALS)]
+    trials: usize,
     /// The server's replay window, in seconds (fractions allowed, at most 600): the expiry check
     /// waits it out and expects a new execution. Without it, the expiry check is N/A.
     #[arg(long)]
@@ -83,33 +103,49 @@ fn seconds(flag: &str, value: f64) -> Result<Duration> {
 }
 
 /// Builds and validates the configuration; sends nothing.
+/// Reads a JSON flag value (`@FILE` reads the file).
+fn json_arg(flag: &str, text: &str) -> Result<serde_json::Value> {
+    let text = match text.strip_prefix('@') {
+        Some(file) => {
+            std::fs::read_to_string(file).with_context(|| format!("{flag}: read {file}"))?
+        }
+        None => text.to_owned(),
+    };
+    serde_json::from_str(&text).with_context(|| format!("{flag} is not valid JSON"))
+}
+
 fn config(args: &Args) -> Result<AuditConfig> {
-    let base = Url::parse(&args.base_url)
-        .map_err(|e| anyhow!("the base URL {:?} is not a URL: {e}", args.base_url))?;
-    // The workspace builds reqwest without a TLS backend: an https:// audit would only collect
-    // transport errors (INCONCLUSIVE everywhere), so say so up front.
-    if base.scheme() == "https" {
-        bail!(
-            "this oncely binary is built without TLS: audit an http:// URL (for example through a \
-             local TLS-terminating proxy)"
-        );
+    let mut bases = Vec::new();
+    for b in &args.base_urls {
+        let base = Url::parse(b).map_err(|e| anyhow!("the base URL {b:?} is not a URL: {e}"))?;
+        // The workspace builds reqwest without a TLS backend: an https:// audit would only
+        // collect transport errors (INCONCLUSIVE everywhere), so say so up front.
+        if base.scheme() == "https" {
+            bail!(
+                "this oncely binary is built without TLS: audit an http:// URL (for example \
+                 through a local TLS-terminating proxy)"
+            );
+        }
+        bases.push(base);
     }
+    let base = bases.remove(0);
     let (method, path) = parse_endpoint("--endpoint", &args.endpoint)?;
     let body = match &args.body {
         None => serde_json::Value::Null,
-        Some(text) => {
-            let text = match text.strip_prefix('@') {
-                Some(file) => {
-                    std::fs::read_to_string(file).with_context(|| format!("--body: read {file}"))?
-                }
-                None => text.clone(),
-            };
-            serde_json::from_str(&text).context("--body is not valid JSON")?
-        }
+        Some(text) => json_arg("--body", text)?,
     };
     let mut cfg = AuditConfig::new(base, method, path, body);
+    cfg.more_base_urls = bases;
     cfg.auth = args.auth.clone();
     cfg.second_auth = args.second_auth.clone();
+    cfg.same_account_auth = args.same_account_auth.clone();
+    cfg.cookies = args.cookies;
+    cfg.other_body = args
+        .other_body
+        .as_deref()
+        .map(|b| json_arg("--other-body", b))
+        .transpose()?;
+    cfg.trials = args.trials;
     cfg.count_url = args.count_url.clone();
     cfg.other_endpoint = args
         .other_endpoint
@@ -132,17 +168,23 @@ fn config(args: &Args) -> Result<AuditConfig> {
 /// # Errors
 ///
 /// A usage error, before anything is sent: a base URL or endpoint that does not parse, an
-/// `https://` base URL (no TLS in this build), a body
-/// that is not JSON, or a configuration [`AuditConfig::validate`] rejects (traffic leaving the
-/// base origin, equal credentials, out-of-range concurrency, window or budget).
+/// `https://` base URL (no TLS in this build), a body (or other body) that is not JSON, or a
+/// configuration [`AuditConfig::validate`] rejects (traffic leaving the base origins, equal
+/// credentials, out-of-range concurrency, trials, window or budget).
 pub async fn run(args: Args) -> Result<bool> {
     let cfg = config(&args)?;
     if !args.json {
         eprintln!(
-            "oncely: auditing {} {} (at most {} requests{})",
+            "oncely: auditing {} {}{} (at most {} requests, {} bursts of {}{})",
             cfg.method,
             cfg.base_url.as_str().trim_end_matches('/').to_owned() + &cfg.path,
+            match cfg.more_base_urls.len() {
+                0 => String::new(),
+                n => format!(" and {n} more instance(s)"),
+            },
             cfg.planned_requests(),
+            cfg.trials,
+            cfg.concurrency,
             match cfg.window {
                 Some(w) => format!(
                     ", plus a {:.1} s wait for the expiry check",

@@ -47,8 +47,8 @@ pub(crate) async fn in_flight(
             tokio::time::sleep(delay).await;
             p.send(&probe).await
         });
-        r.record(&probe, &a);
-        r.record(&probe, &b);
+        r.record(p, &probe, &a);
+        r.record(p, &probe, &b);
         let after = r.count(p).await;
         let (a, b) = match (a, b) {
             (Ok(a), Ok(b)) => (a, b),

@@ -2,12 +2,15 @@
 //!
 //! | name | what is checked | FAIL names |
 //! |---|---|---|
-//! | [`CONCURRENCY`] | `concurrency` identical requests with one fresh key, fired at once: at most one execution (distinct `id`s in the 2xx bodies, and the count URL's growth), all 2xx bodies identical, the others `409` | [`CHECK_THEN_INSERT_RACE`](super::anti_patterns::CHECK_THEN_INSERT_RACE), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR), [`REPLAY_DIFFERS`](super::anti_patterns::REPLAY_DIFFERS), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
+//! | [`CONCURRENCY`] | `trials` bursts, one after the other, each of `concurrency` identical requests with its own fresh key, fired at once: in every burst at most one execution (distinct `id`s in the 2xx bodies, and the count URL's growth), all 2xx bodies identical, the others `409`; a PASS states its confidence, `1 - 2^-trials` for a race present in half of the bursts | [`CHECK_THEN_INSERT_RACE`](super::anti_patterns::CHECK_THEN_INSERT_RACE), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR), [`REPLAY_DIFFERS`](super::anti_patterns::REPLAY_DIFFERS), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`REPLAY_FIDELITY`] | the same request again after it completed: same status, byte-identical body, same significant headers | [`KEY_IGNORED`](super::anti_patterns::KEY_IGNORED), [`REPLAY_DIFFERS`](super::anti_patterns::REPLAY_DIFFERS), [`REPLAY_DROPS_HEADERS`](super::anti_patterns::REPLAY_DROPS_HEADERS) |
 //! | [`PAYLOAD_MISMATCH`] | the same key with one value of the body changed: a 4xx, never a replay, never an execution | [`SILENT_MISMATCH_REPLAY`](super::anti_patterns::SILENT_MISMATCH_REPLAY), [`MISMATCH_EXECUTED`](super::anti_patterns::MISMATCH_EXECUTED), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR) |
 //! | [`CANONICAL_JSON`] | the same key with the same JSON, keys reordered and whitespace added: a replay | [`FALSE_MISMATCH`](super::anti_patterns::FALSE_MISMATCH), [`BYTE_LEVEL_KEYING`](super::anti_patterns::BYTE_LEVEL_KEYING), [`REPLAY_DIFFERS`](super::anti_patterns::REPLAY_DIFFERS) |
-//! | [`CROSS_ENDPOINT`] | the same key on the other endpoint: anything but a replay of the first endpoint's response | [`CROSS_ENDPOINT_REPLAY`](super::anti_patterns::CROSS_ENDPOINT_REPLAY) |
-//! | [`CROSS_SCOPE`] | the same key and body under the second credential: an independent execution | [`GLOBAL_KEY_SCOPE`](super::anti_patterns::GLOBAL_KEY_SCOPE) |
+//! | [`CROSS_ENDPOINT`] | the other endpoint with its own body and a fresh key must succeed (else N/A: a refusal would prove nothing); then the first endpoint's key on it: anything but a replay of the first endpoint's response (`422`/`409`, or an independent execution) | [`CROSS_ENDPOINT_REPLAY`](super::anti_patterns::CROSS_ENDPOINT_REPLAY) |
+//! | [`CROSS_SCOPE`] | the same key and body under the second credential: an independent execution. A replay is a FAIL unless the second credential can read the first caller's resource (count URL listing, `GET` of the `Location`): then it looks like the same account, the check is INCONCLUSIVE and the report warns | [`GLOBAL_KEY_SCOPE`](super::anti_patterns::GLOBAL_KEY_SCOPE) |
+//! | [`REFRESHED_CREDENTIAL`] | the same key and body under another token of the first caller's account: a replay | [`CREDENTIAL_IN_KEY`](super::anti_patterns::CREDENTIAL_IN_KEY) |
+//! | [`SESSION_SCOPE`] | with cookies on: a fresh key used by the first caller, then by the second credential presenting the first one's cookies: not the first caller's response | [`SESSION_SCOPED_RECORDS`](super::anti_patterns::SESSION_SCOPED_RECORDS) |
+//! | [`CLIENT_BYPASS`] | a new key carrying seven replay and cache headers (`Idempotent-Replayed`, `Idempotency-Replayed`, `X-Idempotent-Replayed`, `X-Idempotency-Replayed`, `X-Idempotency-Replay`: `true`; `Cache-Control`, `Pragma`: `no-cache`), then the same key without them; the completed baseline key carrying them: the contract's behaviour (an execution and its replay, the stored response). On a change, one header at a time names the culprit | [`CLIENT_CONTROLLED_BYPASS`](super::anti_patterns::CLIENT_CONTROLLED_BYPASS) |
 //! | [`MALFORMED_KEYS`] | an empty key, a 256-character key, a non-ASCII key (raw UTF-8 bytes), the header twice: `400` each | [`NO_KEY_VALIDATION`](super::anti_patterns::NO_KEY_VALIDATION), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`MISSING_KEY`] | no key on the endpoint: `400` (with a problem body, else a note) | [`KEY_OPTIONAL`](super::anti_patterns::KEY_OPTIONAL), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`IN_FLIGHT`] | a duplicate sent while the first is still running (half the baseline latency later; when it gets the original response or is sent too late, up to two more pairs with half the delay each): `409` with a valid `Retry-After` and a machine-readable code, or, when every pair got the original response, a wait and a replay; every `409` of the concurrency check must carry both too | [`BINARY_KEY_STATE`](super::anti_patterns::BINARY_KEY_STATE), [`UNHELPFUL_IN_FLIGHT`](super::anti_patterns::UNHELPFUL_IN_FLIGHT), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
@@ -15,6 +18,18 @@
 //!
 //! ## Decisions worth knowing
 //!
+//! - **N/A, never a vacuous PASS.** A check that cannot observe what it looks for says N/A and
+//!   why: the cross-endpoint, cross-scope, refreshed-credential, session-scope and client-bypass
+//!   checks are N/A when a completed request's retry executes again (there is no replay to see
+//!   or miss); cross-endpoint is N/A when the other endpoint refuses its own request.
+//! - **One cause, one finding.** When replay-fidelity shows the key ignored, that is the
+//!   report's root cause; the race, the executed mismatch, the byte-level keying, the accepted
+//!   malformed or missing keys and the missing in-flight state it also causes are FAILs marked
+//!   as its consequences, without an anti-pattern of their own. A global key scope makes the
+//!   session-scope check N/A.
+//! - **Replay markers.** `Idempotent-Replayed`, `Idempotency-Replayed`, `X-Idempotent-Replayed`,
+//!   `X-Idempotency-Replayed` and `X-Idempotency-Replay` with the value `true` (or `1`) mark a
+//!   replay; they are not compared as significant headers.
 //! - **The `Idempotent-Replayed: true` marker.** A replay that is otherwise faithful but
 //!   unmarked is a PASS with a note, not a FAIL: the marker is Stripe's convention and Oncely's
 //!   contract, but the IETF draft does not require it, and an unmarked faithful replay breaks no
@@ -31,7 +46,9 @@
 //! - **A missing key on `PUT`/`DELETE`** is a PASS with a note when accepted: those methods are
 //!   idempotent by RFC 9110 section 9.2.2, and Oncely accepts but does not require a key on them.
 
+pub(crate) mod bypass;
 pub(crate) mod concurrency;
+pub(crate) mod credentials;
 pub(crate) mod expiry;
 pub(crate) mod in_flight;
 pub(crate) mod keys;
@@ -60,6 +77,12 @@ pub const MALFORMED_KEYS: &str = "malformed-keys";
 pub const MISSING_KEY: &str = "missing-key";
 /// A duplicate of a request still being processed.
 pub const IN_FLIGHT: &str = "in-flight";
+/// The same key and body under another token of the same account.
+pub const REFRESHED_CREDENTIAL: &str = "refreshed-credential";
+/// The same key and body under another credential presenting the first one's session cookies.
+pub const SESSION_SCOPE: &str = "session-scope";
+/// Requests carrying the replay and cache headers some middlewares trust.
+pub const CLIENT_BYPASS: &str = "client-bypass";
 /// The same key after the replay window.
 pub const EXPIRY: &str = "expiry";
 /// The pseudo-check reported (as INCONCLUSIVE) when the configuration is invalid or the HTTP
@@ -67,13 +90,16 @@ pub const EXPIRY: &str = "expiry";
 pub const CONFIGURATION: &str = "configuration";
 
 /// Every check, in report order.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 13] = [
     CONCURRENCY,
     REPLAY_FIDELITY,
     PAYLOAD_MISMATCH,
     CANONICAL_JSON,
     CROSS_ENDPOINT,
     CROSS_SCOPE,
+    REFRESHED_CREDENTIAL,
+    SESSION_SCOPE,
+    CLIENT_BYPASS,
     MALFORMED_KEYS,
     MISSING_KEY,
     IN_FLIGHT,
@@ -85,7 +111,15 @@ pub const ALL: [&str; 10] = [
 pub(crate) struct Baseline {
     pub(crate) key: HeaderValue,
     pub(crate) original: Exchange,
+    /// Whether a retry of it got a replay (not a new execution): replay-fidelity neither found
+    /// the key ignored nor was inconclusive. The checks that look for a replay where there
+    /// must be none (another endpoint, another caller) or where there must be one (a refreshed
+    /// token, a bypass header) are N/A without it: their verdict would say nothing.
+    pub(crate) replays: bool,
 }
+
+/// The N/A reason of a check that needs working replays.
+pub(crate) const NO_REPLAYS: &str = "a retry of the baseline request after it completed executed again (see replay-fidelity), so there is no replay whose presence or absence this check could observe";
 
 /// One check being recorded: its evidence so far, then its verdict.
 pub(crate) struct Rec {
@@ -106,19 +140,19 @@ impl Rec {
     /// Sends `probe`, recording the request and the response (or the failure).
     pub(crate) async fn send(&mut self, p: &Prober, probe: &Probe) -> Result<Exchange, ProbeError> {
         let res = p.send(probe).await;
-        self.record(probe, &res);
+        self.record(p, probe, &res);
         res
     }
 
     /// Records a request and what came back.
-    pub(crate) fn record(&mut self, probe: &Probe, res: &Result<Exchange, ProbeError>) {
+    pub(crate) fn record(&mut self, p: &Prober, probe: &Probe, res: &Result<Exchange, ProbeError>) {
         match res {
             Ok(ex) => {
                 self.evidence.push(ex.request.clone());
                 self.evidence.push(ex.response_line());
             }
             Err(e) => {
-                self.evidence.push(super::probe::describe_request(probe));
+                self.evidence.push(p.describe(probe));
                 self.evidence.push(format!("< no response: {e}"));
             }
         }
@@ -153,6 +187,7 @@ impl Rec {
             title: self.title,
             status,
             anti_pattern,
+            consequence_of: None,
             evidence: self.evidence,
             detail,
         }

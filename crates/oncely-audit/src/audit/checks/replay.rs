@@ -3,13 +3,31 @@
 use super::{Baseline, REPLAY_FIDELITY, Rec, delta, executed_again, ident};
 use crate::audit::anti_patterns::{KEY_IGNORED, REPLAY_DIFFERS, REPLAY_DROPS_HEADERS};
 use crate::audit::probe::{Key, Prober, fresh_value, is_significant};
-use crate::audit::report::CheckResult;
+use crate::audit::report::{CheckResult, Status};
 use http::HeaderMap;
 
 const TITLE: &str = "a completed request sent again replays the same status, body and headers";
 
 /// Sends the configured request with a fresh key (the baseline), then again with the same key.
 pub(crate) async fn replay_fidelity(p: &Prober) -> (CheckResult, Option<Baseline>) {
+    let (mut result, mut baseline) = replay_inner(p).await;
+    if let Some(b) = baseline.as_mut() {
+        b.replays =
+            result.status != Status::Inconclusive && result.anti_pattern != Some(KEY_IGNORED);
+        let cookies = b.original.set_cookie_names();
+        if result.anti_pattern == Some(KEY_IGNORED) && !cookies.is_empty() && !p.cookies_on() {
+            result.detail.push_str(&format!(
+                " The responses set cookies ({}) and the audit did not send them back: if the \
+                 API keeps its idempotency records in the caller's session, audit it again with \
+                 cookies on (--cookies).",
+                cookies.join(", ")
+            ));
+        }
+    }
+    (result, baseline)
+}
+
+async fn replay_inner(p: &Prober) -> (CheckResult, Option<Baseline>) {
     let mut r = Rec::new(REPLAY_FIDELITY, TITLE);
     let key = fresh_value();
     let probe = p.probe(Key::One(key.clone()));
@@ -34,7 +52,11 @@ pub(crate) async fn replay_fidelity(p: &Prober) -> (CheckResult, Option<Baseline
     let before = r.count(p).await;
     let replay = r.send(p, &probe).await;
     let after = r.count(p).await;
-    let baseline = Baseline { key, original };
+    let baseline = Baseline {
+        key,
+        original,
+        replays: false,
+    };
     let original = &baseline.original;
     let replay = match replay {
         Ok(ex) => ex,
@@ -86,11 +108,12 @@ pub(crate) async fn replay_fidelity(p: &Prober) -> (CheckResult, Option<Baseline
         );
         return (r.fail(REPLAY_DROPS_HEADERS, detail), Some(baseline));
     }
-    let detail = if replay.marked_replay() {
+    let detail = if let Some(marker) = replay.replay_marker() {
         format!(
             "same status ({}), byte-identical body, same significant headers, marked \
-             Idempotent-Replayed: true.",
-            replay.status
+             {}: true.",
+            replay.status,
+            header_case(marker)
         )
     } else {
         format!(
@@ -101,6 +124,20 @@ pub(crate) async fn replay_fidelity(p: &Prober) -> (CheckResult, Option<Baseline
         )
     };
     (r.pass(detail), Some(baseline))
+}
+
+/// `x-idempotent-replayed` as `X-Idempotent-Replayed`.
+fn header_case(name: &str) -> String {
+    name.split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("-")
 }
 
 /// The significant headers of `original` that `replay` lacks or carries with other values, as

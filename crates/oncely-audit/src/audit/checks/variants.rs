@@ -2,8 +2,8 @@
 //! the endpoint, the caller.
 
 use super::{
-    Baseline, CANONICAL_JSON, CROSS_ENDPOINT, CROSS_SCOPE, PAYLOAD_MISMATCH, Rec, delta,
-    executed_again, ident, same_response,
+    Baseline, CANONICAL_JSON, CROSS_ENDPOINT, CROSS_SCOPE, NO_REPLAYS, PAYLOAD_MISMATCH, Rec,
+    delta, executed_again, ident, same_response,
 };
 use crate::audit::anti_patterns::{
     BYTE_LEVEL_KEYING, CROSS_ENDPOINT_REPLAY, DUPLICATE_AS_SERVER_ERROR, FALSE_MISMATCH,
@@ -11,10 +11,10 @@ use crate::audit::anti_patterns::{
     WRONG_ERROR_STATUS,
 };
 use crate::audit::body::{mutated, reordered};
-use crate::audit::probe::{Cred, Key, Probe, Prober};
+use crate::audit::probe::{Cred, Dest, Key, Probe, Prober};
 use crate::audit::report::CheckResult;
 use bytes::Bytes;
-use http::{Method, StatusCode};
+use http::{Method, StatusCode, header};
 
 const NO_BASELINE: &str = "the baseline request did not succeed (see replay-fidelity), so there is nothing to compare with";
 
@@ -173,32 +173,56 @@ pub(crate) async fn payload_mismatch(p: &Prober, base: Option<&Baseline>) -> Che
     }
 }
 
-/// The baseline key on the other endpoint must not replay the first endpoint's response.
+/// The baseline key on the other endpoint must not replay the first endpoint's response. The
+/// other endpoint is first sent its own request with a fresh key: unless that succeeds, a
+/// refusal of the reused key proves nothing and the check is N/A.
 pub(crate) async fn cross_endpoint(p: &Prober, base: Option<&Baseline>) -> CheckResult {
     let mut r = Rec::new(
         CROSS_ENDPOINT,
         "the same key on another endpoint does not replay the first endpoint's response",
     );
-    let Some((method, url)) = p.targets.other.clone() else {
+    let Some((method, _)) = p.targets.other.clone() else {
         return r.not_applicable("no other endpoint is configured");
     };
     let Some(base) = base else {
         return r.inconclusive(NO_BASELINE);
     };
+    if !base.replays {
+        return r.not_applicable(NO_REPLAYS);
+    }
     let has_body = matches!(method, Method::POST | Method::PUT | Method::PATCH);
-    let probe = Probe {
+    let mut probe = Probe {
         method,
-        url,
-        key: Key::One(base.key.clone()),
-        body: if has_body { p.body.clone() } else { None },
+        dest: Dest::Other,
+        key: Key::fresh(),
+        body: if has_body { p.other_body.clone() } else { None },
         cred: Cred::First,
+        cookies_of: Cred::First,
+        extra: Vec::new(),
     };
+    let alone = match r.send(p, &probe).await {
+        Ok(ex) => ex,
+        Err(e) => return r.inconclusive(format!("no response: {e}")),
+    };
+    if !alone.status.is_success() {
+        let hint = if p.other_body_given {
+            "check --other-body"
+        } else {
+            "it was sent the audited endpoint's body; give it one it accepts with --other-body"
+        };
+        return r.not_applicable(format!(
+            "the other endpoint answered {} to its own request with a fresh key, so its answer to \
+             a reused key would prove nothing ({hint}).",
+            alone.status
+        ));
+    }
+    probe.key = Key::One(base.key.clone());
     let ex = match r.send(p, &probe).await {
         Ok(ex) => ex,
         Err(e) => return r.inconclusive(format!("no response: {e}")),
     };
     let o = &base.original;
-    if same_response(o, &ex) {
+    if same_response(o, &ex) || (ex.id().is_some() && ex.id() == o.id()) {
         return r.fail(
             CROSS_ENDPOINT_REPLAY,
             format!(
@@ -210,36 +234,117 @@ pub(crate) async fn cross_endpoint(p: &Prober, base: Option<&Baseline>) -> Check
             ),
         );
     }
-    let how = match ex.status {
-        StatusCode::UNPROCESSABLE_ENTITY => {
-            "refused as a mismatch: the key is bound to its first request (method, route, body)"
-                .to_owned()
-        }
-        s if s.is_success() => format!(
-            "executed independently ({}): keys are scoped per endpoint",
+    match ex.status {
+        StatusCode::UNPROCESSABLE_ENTITY | StatusCode::CONFLICT => r.pass(format!(
+            "not a replay of the first endpoint's response: refused with {}{} (the key is bound to \
+             its first request: method, route, body), while the other endpoint's own request with \
+             a fresh key succeeded ({}).",
+            ex.status,
+            ex.error_code()
+                .map(|c| format!(" (code {c})"))
+                .unwrap_or_default(),
+            alone.status
+        )),
+        s if s.is_success() => r.pass(format!(
+            "not a replay of the first endpoint's response: executed independently ({}): keys are \
+             scoped per endpoint.",
             ident(&ex)
+        )),
+        s if s.is_server_error() => r.fail(
+            DUPLICATE_AS_SERVER_ERROR,
+            format!("the reused key on the other endpoint got {s}; expected 422 or an independent execution."),
         ),
-        s => format!("answered {s}"),
-    };
-    r.pass(format!(
-        "not a replay of the first endpoint's response: {how}."
-    ))
+        s => r.not_applicable(format!(
+            "the reused key on the other endpoint got {s}: neither a replay, nor a refusal as a \
+             mismatch, nor an execution, so nothing can be concluded."
+        )),
+    }
 }
 
-/// The baseline key and body under the second credential must execute independently.
-pub(crate) async fn cross_scope(p: &Prober, base: Option<&Baseline>) -> CheckResult {
+/// What the second credential can see of the first caller's baseline resource: `Some(true)`
+/// when it reads it (the same account), `Some(false)` when it cannot, `None` when nothing
+/// tells (no count URL listing ids, no `Location`).
+async fn second_sees_first(p: &Prober, r: &mut Rec, base: &Baseline) -> Option<(bool, String)> {
+    let id = base.original.id();
+    if let (Some(id), Some(res)) = (id.as_ref(), p.count_as(Cred::Second).await) {
+        match res {
+            Ok((c, ids)) if !ids.is_empty() || c.n == 0 => {
+                r.note(c.evidence);
+                let sees = ids.contains(id);
+                let how = if sees {
+                    format!(
+                        "the count URL read with the second credential lists the first caller's {id}"
+                    )
+                } else {
+                    format!(
+                        "the count URL read with the second credential does not list the first caller's {id}"
+                    )
+                };
+                return Some((sees, how));
+            }
+            Ok((c, _)) => r.note(c.evidence),
+            Err(e) => r.note(e),
+        }
+    }
+    let location = base.original.headers.get(header::LOCATION)?.to_str().ok()?;
+    let url = p.targets.endpoints[0].join(location).ok()?;
+    if !p
+        .targets
+        .endpoints
+        .iter()
+        .any(|e| e.origin() == url.origin())
+    {
+        return None;
+    }
+    let probe = Probe {
+        method: Method::GET,
+        dest: Dest::Url(url),
+        key: Key::Absent,
+        body: None,
+        cred: Cred::Second,
+        cookies_of: Cred::Second,
+        extra: Vec::new(),
+    };
+    let ex = r.send(p, &probe).await.ok()?;
+    match ex.status {
+        s if s.is_success() => Some((
+            true,
+            format!(
+                "GET {location} (the first caller's resource) with the second credential answered {s}"
+            ),
+        )),
+        s @ (StatusCode::NOT_FOUND | StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED) => Some((
+            false,
+            format!(
+                "GET {location} (the first caller's resource) with the second credential answered {s}"
+            ),
+        )),
+        _ => None,
+    }
+}
+
+/// The baseline key and body under the second credential must execute independently. When the
+/// second caller gets a replay, the audit checks whether it is the same account (it can read
+/// the first caller's resource): then the check is inconclusive and the report warns.
+pub(crate) async fn cross_scope(
+    p: &Prober,
+    base: Option<&Baseline>,
+    warnings: &mut Vec<String>,
+) -> CheckResult {
     let mut r = Rec::new(
         CROSS_SCOPE,
         "the same key under another credential executes independently (keys are scoped per caller)",
     );
-    if !p.has_second_auth() {
+    if !p.has(Cred::Second) {
         return r.not_applicable("no second credential is configured");
     }
     let Some(base) = base else {
         return r.inconclusive(NO_BASELINE);
     };
-    let mut probe = p.probe(Key::One(base.key.clone()));
-    probe.cred = Cred::Second;
+    if !base.replays {
+        return r.not_applicable(NO_REPLAYS);
+    }
+    let probe = p.probe(Key::One(base.key.clone())).with_cred(Cred::Second);
     let ex = match r.send(p, &probe).await {
         Ok(ex) => ex,
         Err(e) => return r.inconclusive(format!("no response: {e}")),
@@ -252,23 +357,58 @@ pub(crate) async fn cross_scope(p: &Prober, base: Option<&Baseline>) -> CheckRes
         )),
         s if s.is_success() => {
             let same_id = ex.id().is_some() && ex.id() == o.id();
-            if same_response(o, &ex) || same_id || ex.marked_replay() {
-                r.fail(
-                    GLOBAL_KEY_SCOPE,
-                    format!(
-                        "the second caller got the first caller's stored response ({}, {}): keys \
-                         are looked up without the caller, so one tenant can read another's \
-                         results and a colliding key silently drops a request (server case S9).",
-                        ex.status,
-                        ident(&ex)
-                    ),
-                )
-            } else {
-                r.pass(format!(
+            if !(same_response(o, &ex) || same_id || ex.marked_replay()) {
+                return r.pass(format!(
                     "the second caller's request executed on its own ({}, first caller's {}).",
                     ident(&ex),
                     ident(o)
-                ))
+                ));
+            }
+            let got = format!(
+                "the second caller got the first caller's stored response ({}, {})",
+                ex.status,
+                ident(&ex)
+            );
+            match second_sees_first(p, &mut r, base).await {
+                Some((true, how)) => {
+                    warnings.push(format!(
+                        "--second-auth looks like the same account as --auth ({how}), and it got \
+                         the first caller's response replayed: the cross-scope check needs a \
+                         credential of another account; a second token of the same account \
+                         belongs in --same-account-auth."
+                    ));
+                    r.inconclusive(format!(
+                        "{got}, but it reads the first caller's resources ({how}): it looks like \
+                         the same account, for which a replay is right. Give a credential of \
+                         another account."
+                    ))
+                }
+                Some((false, how)) => r.fail(
+                    GLOBAL_KEY_SCOPE,
+                    format!(
+                        "{got}, though it is another account ({how}): keys are looked up without \
+                         the caller, so one tenant can read another's results and a colliding \
+                         key silently drops a request (server case S9)."
+                    ),
+                ),
+                None => {
+                    warnings.push(
+                        "--second-auth got a replay of the first caller's response: if it is the \
+                         same account as --auth, that is right and cross-scope's FAIL is not a \
+                         fault (pass such a credential as --same-account-auth; give --count-url \
+                         so the audit can tell accounts apart)."
+                            .to_owned(),
+                    );
+                    r.fail(
+                        GLOBAL_KEY_SCOPE,
+                        format!(
+                            "{got}: keys are looked up without the caller, so one tenant can read \
+                             another's results and a colliding key silently drops a request \
+                             (server case S9). (Nothing told whether the second credential is \
+                             another account: see the warning.)"
+                        ),
+                    )
+                }
             }
         }
         StatusCode::CONFLICT | StatusCode::UNPROCESSABLE_ENTITY => r.fail(
