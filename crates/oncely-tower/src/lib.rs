@@ -91,6 +91,7 @@
 pub mod capture;
 mod config;
 pub mod context;
+pub mod drain;
 mod future;
 mod layer;
 mod metrics;
@@ -102,6 +103,7 @@ pub use config::{DefaultKeyRule, ExtensionScope, KeyRequirement, KeyRule, ScopeE
 #[cfg(feature = "axum")]
 pub use context::MissingIdempotencyContext;
 pub use context::{HandlerOutcome, IdempotencyContext};
+pub use drain::Drain;
 pub use future::ResponseFuture;
 pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};
 pub use metrics::{Metrics, MetricsSnapshot};
