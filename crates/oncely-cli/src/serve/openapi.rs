@@ -114,7 +114,7 @@ pub fn document() -> Value {
                 "get": {
                     "operationId": "getIdempotencyKey",
                     "summary": "The state of one of the caller's keys: absent, in_flight or complete, and until when it replays.",
-                    "parameters": [{"name": "key", "in": "path", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                    "parameters": [{"name": "key", "in": "path", "required": true, "description": "The key as sent in `Idempotency-Key` (unquoted), percent-encoded as one path segment.", "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"}}],
                     "responses": {
                         "200": {"description": "The key's state.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/KeyState"}}}},
                         "400": problem("`idempotency_key_invalid`: the key in the path is not 1 to 255 visible ASCII characters."),
