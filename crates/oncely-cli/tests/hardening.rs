@@ -467,3 +467,101 @@ async fn small_faults_bearer_case_key_state_and_the_status_url_mode() {
     }
     assert!(doc["paths"]["/readyz"].is_object());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_is_refused_and_an_idle_connection_is_closed() {
+    let s = spawn(
+        &[
+            "--store",
+            "memory",
+            "--body-read-timeout-secs",
+            "1",
+            "--idle-timeout-secs",
+            "1",
+            "--header-read-timeout-secs",
+            "30",
+        ],
+        None,
+    );
+    // Whole head, 10 of 100 body bytes, then nothing: nothing runs, the client is told.
+    let mut c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    c.write_all(
+        b"POST /v1/payments HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer acct_h\r\n\
+          Idempotency-Key: stalled-1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"amount\":",
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), c.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "a stalled body held the connection for 60 s");
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(
+        text.contains("idempotency_request_body_unreadable"),
+        "{text}"
+    );
+    let (_, _, state) = get(&s.url, "/v1/idempotency-keys/stalled-1").await;
+    assert_eq!(state["state"], "absent", "nothing was claimed: {state}");
+
+    // One request on a kept-alive connection, then silence: closed after the idle timeout
+    // (well before the 30 s header-read timeout).
+    let mut c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = [0u8; 512];
+    let n = c.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(20), c.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the idle connection was kept open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_problem_and_its_replay_say_not_to_retry() {
+    let s = spawn(&["--store", "memory"], None);
+    let decline = || {
+        client()
+            .post(format!("{}/v1/payments", s.url))
+            .bearer_auth("acct_h")
+            .header("idempotency-key", "declined-1")
+            .json(&json!({"amount": 10, "currency": "EUR", "source": "tok_decline"}))
+            .send()
+    };
+    let first = decline().await.unwrap();
+    assert_eq!(first.status(), 402);
+    assert_eq!(first.headers()["x-should-retry"], "false");
+    let replay = decline().await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["x-should-retry"], "false");
+    let body: Value = replay.json().await.unwrap();
+    assert_eq!(body["code"], "card_declined");
+}
+
+#[test]
+fn the_memory_and_redis_stores_leave_no_file_in_the_working_directory() {
+    let cwd = tempfile::tempdir().unwrap();
+    let redis = format!("redis://127.0.0.1:{}/0", free_port());
+    for store in ["memory", redis.as_str()] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_oncely"))
+            .args(["serve", "--store", store, "--addr", "127.0.0.1:0"])
+            .current_dir(cwd.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let listening = lines.any(|l| l.is_ok_and(|l| l.starts_with("oncely: listening on")));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listening, "{store}: did not start");
+        let files: Vec<_> = std::fs::read_dir(cwd.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            files.is_empty(),
+            "{store} left {files:?} in the working directory"
+        );
+    }
+}

@@ -11,6 +11,7 @@ pub mod health;
 pub mod openapi;
 pub mod payments;
 pub mod server;
+pub mod should_retry;
 pub mod standby;
 
 use anyhow::{Context as _, Result, bail};
@@ -608,6 +609,7 @@ pub fn router(app: App, layer: Option<IdempotencyLayer>) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(middleware::from_fn(authenticate))
+        .layer(middleware::from_fn(should_retry::mark))
         .with_state(app)
 }
 
