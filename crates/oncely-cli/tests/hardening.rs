@@ -421,7 +421,7 @@ async fn it_starts_while_postgres_is_down_and_answers_503_and_not_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn small_faults_bearer_case_key_state_and_the_status_url_mode() {
+async fn small_faults_bearer_case_key_state_and_the_openapi_statuses() {
     let s = spawn(&["--store", "memory", "--in-flight-accepted"], None);
     // The auth scheme is case-insensitive (RFC 9110 section 11.1).
     for scheme in ["bearer", "BEARER", "Bearer"] {
@@ -564,4 +564,38 @@ fn the_memory_and_redis_stores_leave_no_file_in_the_working_directory() {
             "{store} left {files:?} in the working directory"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_url_mode_answers_202_and_the_url_tells_the_state() {
+    let outside = Outside::default();
+    outside.hold.store(true, Ordering::SeqCst);
+    let outside_url = start_outside(outside.clone()).await;
+    let s = spawn(
+        &[
+            "--store",
+            "memory",
+            "--in-flight-accepted",
+            "--processor-url",
+            &outside_url,
+        ],
+        None,
+    );
+    let url = s.url.clone();
+    let first = tokio::spawn(async move { pay(&url, "sdk/1").await });
+    outside.entered.notified().await;
+    let (status, headers, body) = pay(&s.url, "sdk/1").await.unwrap();
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(headers["location"], "/v1/idempotency-keys/sdk%2F1");
+    assert!(headers.contains_key("retry-after"));
+    let (status, _, state) = get(&s.url, headers["location"].to_str().unwrap()).await;
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["state"], "in_flight");
+    assert_eq!(state["suspended"], false);
+    outside.release.notify_one();
+    let (status, _, paid) = first.await.unwrap().unwrap();
+    assert_eq!(status, 201, "{paid}");
+    let (_, _, state) = get(&s.url, "/v1/idempotency-keys/sdk%2F1").await;
+    assert_eq!(state["state"], "complete", "{state}");
+    assert_eq!(outside.charges.load(Ordering::SeqCst), 1);
 }

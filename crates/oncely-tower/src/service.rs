@@ -780,6 +780,12 @@ impl Heartbeat {
                     return;
                 }
                 match timed(&config, config.store.renew(&id, token, config.policy.lease)).await {
+                    // The drain cut this lease short while the renewal was on its way: cut it
+                    // again, so the renewal cannot undo the suspension.
+                    Ok(_) if *abandoned.borrow() => {
+                        let _ = timed(&config, config.store.renew(&id, token, std::time::Duration::ZERO)).await;
+                        return;
+                    }
                     Ok(_) => {}
                     Err(StoreError::Fenced) => {
                         // A transactional handler may have completed the record itself while

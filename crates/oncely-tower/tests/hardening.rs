@@ -386,3 +386,76 @@ async fn the_handler_and_heartbeat_tasks_keep_the_requests_span() {
         "{seen:?}"
     );
 }
+
+/// A memory store whose renewals are fenced and whose reads never answer.
+struct FencedRenewHangingGet(MemoryStore);
+
+#[async_trait]
+impl KeyStore for FencedRenewHangingGet {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.0.claim(req).await
+    }
+    async fn renew(
+        &self,
+        _: &RecordKey,
+        _: FencingToken,
+        _: Duration,
+    ) -> Result<UnixMillis, StoreError> {
+        Err(StoreError::Fenced)
+    }
+    async fn checkpoint(
+        &self,
+        id: &RecordKey,
+        t: FencingToken,
+        rp: &str,
+        l: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.checkpoint(id, t, rp, l).await
+    }
+    async fn complete(
+        &self,
+        id: &RecordKey,
+        t: FencingToken,
+        r: StoredResponse,
+        ret: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.complete(id, t, r, ret).await
+    }
+    async fn release(&self, id: &RecordKey, t: FencingToken) -> Result<(), StoreError> {
+        self.0.release(id, t).await
+    }
+    async fn get(&self, _: &RecordKey) -> Result<Option<Record>, StoreError> {
+        std::future::pending().await
+    }
+    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
+        self.0.reap(batch).await
+    }
+    async fn list_abandoned(
+        &self,
+        grace: Duration,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        self.0.list_abandoned(grace, limit).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_read_that_never_answers_cannot_hold_the_response() {
+    // The renewal at 10 s is fenced, and the heartbeat reads the record to tell why: that read
+    // never answers. It is bounded by the store timeout, so the response still comes.
+    let clock = TokioClock::new();
+    let store = Arc::new(FencedRenewHangingGet(MemoryStore::with_clock(Arc::new(
+        clock,
+    ))));
+    let app = app(
+        IdempotencyLayer::new(store).with_clock(clock),
+        routes(Arc::default(), Duration::from_secs(12), None),
+    );
+    let res = tokio::time::timeout(
+        Duration::from_secs(600),
+        send(&app, post_req("/v1/payments", "acct", Some("hb"), BODY)),
+    )
+    .await
+    .expect("the response came");
+    assert_eq!(res.status, StatusCode::CREATED);
+}
