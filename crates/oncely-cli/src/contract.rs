@@ -122,7 +122,9 @@ pub fn render(policy: &Policy) -> String {
     let _ = writeln!(
         w,
         "Errors are RFC 9457 `application/problem+json` bodies with `type`, `title`, `status`, \
-         `detail`, `code` and `retryable`. Statuses follow the `{}` profile.\n",
+         `detail`, `code` and `retryable`. Statuses follow the `{}` profile. Every problem also \
+         carries the header `x-should-retry: true` or `false`, the same as `retryable` (the \
+         convention generated SDKs honour before their own status rules).\n",
         p.name()
     );
     let _ = writeln!(
@@ -134,6 +136,15 @@ pub fn render(policy: &Policy) -> String {
             "the server first waits up to {} for the first request's result and replays it; ",
             human(max)
         ),
+        InFlightBehavior::Accepted { .. } => format!(
+            "the server answers `202 Accepted` instead, with `Location: {}` (the key's state: poll it, or retry) and `Retry-After`; otherwise ",
+            policy
+                .in_flight
+                .status_url("{key}")
+                .unwrap_or_default()
+                .replace("%7B", "{")
+                .replace("%7D", "}")
+        ),
         _ => String::new(),
     };
     let rows: [(ErrorCode, String); 6] = [
@@ -142,8 +153,9 @@ pub fn render(policy: &Policy) -> String {
         (
             ErrorCode::RequestInFlight,
             format!(
-                "{in_flight_note}another request with this key is running: retry the same request after `Retry-After` ({} s)",
-                policy.retry_after_secs
+                "{in_flight_note}another request with this key is running: retry the same request after `Retry-After`, sized from the first request's age and progress and its lease (at least {} s, at most {} s, never past the lease)",
+                policy.retry_after_secs.max(1),
+                oncely_core::MAX_IN_FLIGHT_RETRY_AFTER_SECS
             ),
         ),
         (
@@ -172,6 +184,28 @@ pub fn render(policy: &Policy) -> String {
         "\nThe two conflicts always carry different codes: `{}` is retryable, `{}` is not.\n",
         ErrorCode::RequestInFlight,
         ErrorCode::KeyMismatch
+    );
+    let _ = writeln!(
+        w,
+        "`GET /v1/idempotency-keys/{{key}}` tells where a key stands: `absent`, `complete` (with \
+         the stored status and `replays_until`) or `in_flight` with `suspended`: `false` while a \
+         request works on it (until `lease_expires_at`), `true` when none does (it stopped at its \
+         `recovery_point`, or its server died): retry the same request with the same key and it \
+         resumes at once. A server started with `--in-flight-accepted` answers an in-flight \
+         duplicate `202 Accepted` with `Location` set to that URL and `Retry-After`, instead of \
+         the `409` (for generated SDKs that give up on a `409` after a couple of retries; \
+         {}).\n",
+        match policy.in_flight {
+            InFlightBehavior::Accepted { .. } => "this server does",
+            _ => "this one does not",
+        }
+    );
+    let _ = writeln!(
+        w,
+        "Health: `GET /healthz` is `200` while the process serves; `GET /readyz` is `200` only \
+         while the key store answers, `503 not_ready` otherwise (a server started during a store \
+         outage answers keyed writes `503 idempotency_store_unavailable` until the store is back, \
+         then serves).\n"
     );
     let _ = writeln!(w, "Other errors of this API (problem+json too):\n");
     let _ = writeln!(
@@ -238,6 +272,12 @@ pub fn render(policy: &Policy) -> String {
             402,
             "no",
             "a result, stored and replayed like a success",
+        ),
+        (
+            "server_shutting_down",
+            503,
+            "yes",
+            "this server instance is shutting down and ran nothing (a deploy): retry the same request with the same key after `Retry-After`",
         ),
         ("not_found", 404, "no", "no such resource for this account"),
         (

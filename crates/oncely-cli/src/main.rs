@@ -47,6 +47,11 @@ struct PolicyArgs {
     /// answering 409 at once (0 = answer 409 at once).
     #[arg(long, default_value_t = 0)]
     in_flight_wait_ms: u64,
+    /// Answer an in-flight duplicate `202 Accepted` with `Location: /v1/idempotency-keys/{key}`
+    /// (the key's state) and `Retry-After`, instead of `409` (for generated SDKs that give up on
+    /// a 409 after a couple of retries).
+    #[arg(long, conflicts_with = "in_flight_wait_ms")]
+    in_flight_accepted: bool,
 }
 
 impl PolicyArgs {
@@ -60,7 +65,11 @@ impl PolicyArgs {
             // heartbeat.
             heartbeat: (lease / 3).max(Duration::from_millis(1)),
             profile: self.profile,
-            in_flight: if self.in_flight_wait_ms == 0 {
+            in_flight: if self.in_flight_accepted {
+                InFlightBehavior::Accepted {
+                    status_url: "/v1/idempotency-keys/{key}",
+                }
+            } else if self.in_flight_wait_ms == 0 {
                 InFlightBehavior::Reject
             } else {
                 InFlightBehavior::Wait {
@@ -69,6 +78,41 @@ impl PolicyArgs {
                 }
             },
             ..Policy::default()
+        }
+    }
+}
+
+/// The server's limits against slow clients, and its shutdown grace (see serve/server.rs).
+#[derive(clap::Args, Clone, Debug)]
+struct LimitArgs {
+    /// Seconds a client has to send a whole request head, from the connection's accept or
+    /// the previous response (also bounds an idle kept-alive connection).
+    #[arg(long, default_value_t = 10)]
+    header_read_timeout_secs: u64,
+    /// Seconds the server waits for each next piece of a request body.
+    #[arg(long, default_value_t = 30)]
+    body_read_timeout_secs: u64,
+    /// Seconds a connection with no request running stays open.
+    #[arg(long, default_value_t = 60)]
+    idle_timeout_secs: u64,
+    /// The most open client connections (capped by the open-file limit minus 64); more
+    /// clients wait in the listen backlog.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds running requests may finish after SIGTERM; those still running then are
+    /// suspended at their recovery points so their retries resume at once.
+    #[arg(long, default_value_t = 20)]
+    shutdown_grace_secs: u64,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> serve::server::Limits {
+        serve::server::Limits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs.max(1)),
+            body_read_timeout: Duration::from_secs(self.body_read_timeout_secs.max(1)),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs.max(1)),
+            max_connections: self.max_connections,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
         }
     }
 }
@@ -113,6 +157,8 @@ enum Command {
         /// `off` serves the same endpoints without the idempotency layer (benchmark baseline).
         #[arg(long, default_value = "on", value_parser = ["on", "off"])]
         idempotency: String,
+        #[command(flatten)]
+        limits: LimitArgs,
         #[command(flatten)]
         policy: PolicyArgs,
     },
@@ -289,6 +335,7 @@ async fn run(cli: Cli) -> Result<bool> {
             no_completer,
             reap_every_secs,
             idempotency,
+            limits,
             policy,
         } => {
             let processor_url = match processor_url {
@@ -324,7 +371,14 @@ async fn run(cli: Cli) -> Result<bool> {
             }
             tracing::info!(store = %cfg.store, %url, "serving the reference payments API");
             announce(&url);
-            axum::serve(listener, router).await?;
+            serve::server::serve(
+                listener,
+                router,
+                limits.limits(),
+                app.drain(),
+                serve::server::shutdown_signal(),
+            )
+            .await?;
             Ok(true)
         }
         Command::Gates {

@@ -66,8 +66,11 @@ pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use fingerprint::{DefaultFingerprinter, Fingerprint, Fingerprinter, RequestParts};
 pub use key::{IdempotencyKey, KeyError, RecordKey, Scope};
-pub use policy::{InFlightBehavior, Policy, PolicyError, StorePolicy};
-pub use problem::{ErrorCode, Problem, StatusProfile};
+pub use policy::{
+    InFlightBehavior, MAX_IN_FLIGHT_RETRY_AFTER_SECS, Policy, PolicyError, StorePolicy,
+    in_flight_retry_after_secs,
+};
+pub use problem::{ErrorCode, Problem, StatusProfile, X_SHOULD_RETRY};
 pub use record::{FencingToken, Record, RecordState, StoredRequest, StoredResponse, UnixMillis};
 pub use store::memory::MemoryStore;
 pub use store::{

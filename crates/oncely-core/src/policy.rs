@@ -18,7 +18,72 @@ pub enum InFlightBehavior {
         /// How often the store is polled.
         poll: Duration,
     },
+    /// Answer `202 Accepted` at once, with `Location` set to a status URL where the client
+    /// polls the key's state, and `Retry-After` (the asynchronous-request pattern of RFC 9110
+    /// section 15.3.3). The second request never runs the handler, and a generated SDK that
+    /// treats every 2xx as an answer stops retrying (so it does not give up and retry with a new
+    /// key, which would run the operation twice). The response is not stored.
+    Accepted {
+        /// The status URL template: `{key}` is replaced by the percent-encoded key, e.g.
+        /// `/v1/idempotency-keys/{key}` (what `oncely serve` uses).
+        status_url: &'static str,
+    },
 }
+
+impl InFlightBehavior {
+    /// The status URL of `key` under the `Accepted` mode's template (`None` in other modes).
+    /// Every byte of the key outside the RFC 3986 unreserved set is percent-encoded, so the
+    /// key is one path segment whatever it contains.
+    pub fn status_url(&self, key: &str) -> Option<String> {
+        let Self::Accepted { status_url } = self else {
+            return None;
+        };
+        let mut encoded = String::with_capacity(key.len());
+        for b in key.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                encoded.push(char::from(b));
+            } else {
+                encoded.push_str(&format!("%{b:02X}"));
+            }
+        }
+        Some(status_url.replace("{key}", &encoded))
+    }
+}
+
+/// The `Retry-After` for a duplicate that found its key in flight, in whole seconds, from the
+/// lease and the first request's progress rather than a constant.
+///
+/// - `elapsed_ms`: how long the first request has been running (now minus its claim); a
+///   request that has run for `t` is expected to need about as long again, so the answer
+///   starts from `t`, halved when the request already committed a phase (`has_recovery_point`:
+///   it is part-way through);
+/// - `lease_remaining_ms`: when the lease lapses unless renewed; a retry later than that could
+///   take over a dead request, so the answer never exceeds it (rounded up);
+/// - the result is at least `floor_secs` (the policy's `retry_after_secs`, at least 1 second)
+///   and at most [`MAX_IN_FLIGHT_RETRY_AFTER_SECS`].
+pub fn in_flight_retry_after_secs(
+    elapsed_ms: i64,
+    lease_remaining_ms: i64,
+    has_recovery_point: bool,
+    floor_secs: u64,
+) -> u64 {
+    let floor = floor_secs.max(1);
+    let expected_ms = if has_recovery_point {
+        elapsed_ms / 2
+    } else {
+        elapsed_ms
+    }
+    .max(0);
+    let expected = (expected_ms as u64).div_ceil(1000);
+    let lease = (lease_remaining_ms.max(0) as u64).div_ceil(1000);
+    expected
+        .min(lease)
+        .clamp(floor, MAX_IN_FLIGHT_RETRY_AFTER_SECS.max(floor))
+}
+
+/// The longest `Retry-After` given to an in-flight duplicate: 30 seconds (the default lease;
+/// a client retrying later than its own deadline would give up instead).
+pub const MAX_IN_FLIGHT_RETRY_AFTER_SECS: u64 = 30;
 
 /// Which completed responses are stored and replayed, and which release the key.
 ///
@@ -49,7 +114,7 @@ impl StorePolicy {
 }
 
 /// The whole policy. Defaults: replay window 24 h, retention 72 h, lease 30 s, heartbeat every
-/// 10 s, reject in-flight duplicates, `Retry-After: 1` second, `ietf` statuses, request bodies
+/// 10 s, reject in-flight duplicates, `Retry-After` at least 1 second, `ietf` statuses, request bodies
 /// up to 1 MiB buffered, responses up to 1 MiB stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -66,8 +131,9 @@ pub struct Policy {
     pub heartbeat: Duration,
     /// What an in-flight duplicate gets.
     pub in_flight: InFlightBehavior,
-    /// The `Retry-After` value, in whole seconds, on `409 idempotency_request_in_flight` and `503`
-    /// (default 1 second).
+    /// The `Retry-After` value, in whole seconds, on `503` (default 1 second), and the least
+    /// one on `409 idempotency_request_in_flight` / `202` (sized there by
+    /// [`in_flight_retry_after_secs`]).
     pub retry_after_secs: u64,
     /// Which statuses the codes map to.
     pub profile: StatusProfile,
@@ -214,6 +280,38 @@ mod tests {
             ..Policy::default()
         };
         assert!(p.validate().is_err());
+    }
+
+    #[test]
+    fn in_flight_retry_after_follows_progress_and_stays_inside_the_lease() {
+        // A fresh request: the floor.
+        assert_eq!(in_flight_retry_after_secs(50, 30_000, false, 1), 1);
+        // Running 8 s: about as long again, rounded up.
+        assert_eq!(in_flight_retry_after_secs(8_000, 29_000, false, 1), 8);
+        // Part-way (a phase committed): half of it.
+        assert_eq!(in_flight_retry_after_secs(8_000, 29_000, true, 1), 4);
+        // Never past the lease (a dead owner can be taken over then).
+        assert_eq!(in_flight_retry_after_secs(20_000, 2_500, false, 1), 3);
+        // Bounded above, and never below the floor nor 1 second.
+        assert_eq!(in_flight_retry_after_secs(600_000, 600_000, false, 1), 30);
+        assert_eq!(in_flight_retry_after_secs(0, 0, false, 0), 1);
+        assert_eq!(in_flight_retry_after_secs(0, 0, false, 5), 5);
+    }
+
+    #[test]
+    fn accepted_mode_builds_a_percent_encoded_status_url() {
+        let m = InFlightBehavior::Accepted {
+            status_url: "/v1/idempotency-keys/{key}",
+        };
+        assert_eq!(
+            m.status_url("a b/c?%").as_deref(),
+            Some("/v1/idempotency-keys/a%20b%2Fc%3F%25")
+        );
+        assert_eq!(
+            m.status_url("k-1_x.y~").as_deref(),
+            Some("/v1/idempotency-keys/k-1_x.y~")
+        );
+        assert_eq!(InFlightBehavior::Reject.status_url("k"), None);
     }
 
     #[test]

@@ -13,6 +13,13 @@ use std::str::FromStr;
 /// The media type of problem bodies (RFC 9457 section 3).
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// The response header that tells generated SDKs whether to retry: `x-should-retry: true` on
+/// every retryable problem, `false` on every other one. It is the convention of
+/// Stainless-generated clients (and Stripe's `Stripe-Should-Retry`), which honour it before
+/// their own status rules: without it they retry a `409` a couple of times and then give up
+/// while the first request still runs, and their caller retries with a new key.
+pub const X_SHOULD_RETRY: &str = "x-should-retry";
+
 /// What went wrong, as a stable machine-readable code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -34,6 +34,7 @@ pub(crate) struct Config {
     pub(crate) fingerprint_headers: Vec<HeaderName>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) drain: Arc<crate::drain::DrainState>,
 }
 
 /// The idempotency middleware as a [`tower::Layer`]: wraps a service in [`Idempotency`].
@@ -94,6 +95,7 @@ impl IdempotencyLayer {
                 fingerprint_headers: Vec::new(),
                 clock: Arc::new(SystemClock),
                 metrics: Arc::new(Metrics::default()),
+                drain: Arc::default(),
             },
         }
     }
@@ -173,8 +175,9 @@ impl IdempotencyLayer {
         self
     }
 
-    /// Replaces the clock (default the system clock). The layer reads it only to check the
-    /// replay window of a record it polls in wait mode; pass the store's clock.
+    /// Replaces the clock (default the system clock). The layer reads it to check the replay
+    /// window of a record it polls in wait mode and to size the in-flight `Retry-After` from
+    /// the first request's age and lease; pass the store's clock.
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
         self.config.clock = Arc::new(clock);
         self
@@ -183,6 +186,13 @@ impl IdempotencyLayer {
     /// The counters of this layer and of every service it made.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.config.metrics)
+    }
+
+    /// The graceful-shutdown handle of this layer and of every service it made (see
+    /// [`Drain`](crate::Drain)). Call it after the builder methods: it keeps the store and
+    /// store timeout configured at this point.
+    pub fn drain(&self) -> crate::Drain {
+        crate::Drain::new(&self.config)
     }
 
     /// The policy in force.

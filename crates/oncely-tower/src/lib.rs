@@ -92,6 +92,7 @@ pub mod capture;
 pub mod claimer;
 mod config;
 pub mod context;
+pub mod drain;
 mod future;
 mod layer;
 mod metrics;
@@ -104,6 +105,7 @@ pub use config::{DefaultKeyRule, ExtensionScope, KeyRequirement, KeyRule, ScopeE
 #[cfg(feature = "axum")]
 pub use context::MissingIdempotencyContext;
 pub use context::{HandlerOutcome, IdempotencyContext};
+pub use drain::Drain;
 pub use future::ResponseFuture;
 pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};
 pub use metrics::{Metrics, MetricsSnapshot};

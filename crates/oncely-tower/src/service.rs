@@ -32,6 +32,7 @@
 use crate::capture::{capture_response, replay_response};
 use crate::claimer::ClaimProgress;
 use crate::context::{HandlerOutcome, IdempotencyContext};
+use crate::drain::Drain;
 use crate::future::ResponseFuture;
 use crate::layer::Config;
 use crate::metrics::Counter;
@@ -54,6 +55,7 @@ use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::Service;
+use tracing::Instrument as _;
 
 /// The idempotency middleware around a service `S`; made by
 /// [`IdempotencyLayer`](crate::IdempotencyLayer).
@@ -287,6 +289,9 @@ where
     drop(extra);
 
     let id = RecordKey::new(scope, key);
+    if config.drain.is_draining() {
+        return Ok(Drain::shutting_down(policy.retry_after_secs));
+    }
     let claim = ClaimRequest {
         id: id.clone(),
         fingerprint,
@@ -321,12 +326,14 @@ where
                 progress,
             };
             parts.extensions.insert(ctx.clone());
+            // Registered for a graceful shutdown until the handler's task ends.
+            let running = config.drain.register(ctx.id.clone(), ctx.token);
             let req = Request::from_parts(parts, full_body(body));
             // The claimed request runs on its own task: a client that disconnects or times out
             // must not cancel a handler in the middle of its side effects (an outside call that
             // may have succeeded) and leave the key locked until its lease lapses. The handler
             // runs to completion and its response is stored for the client's retry.
-            match spawn_execute(Arc::clone(&config), inner, req, ctx).await {
+            match spawn_execute(Arc::clone(&config), inner, req, ctx, running).await {
                 Ok(result) => result,
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 Err(e) => {
@@ -335,7 +342,9 @@ where
                 }
             }
         }
-        ClaimOutcome::InFlight { .. } => Ok(in_flight(&config, &id, fingerprint).await),
+        ClaimOutcome::InFlight { lease_expires_at } => {
+            Ok(in_flight(&config, &id, fingerprint, lease_expires_at).await)
+        }
         ClaimOutcome::Replay { response, .. } => Ok(replay(&config, &response)),
         ClaimOutcome::Mismatch => Ok(mismatch(&config)),
     }
@@ -461,8 +470,14 @@ fn replay(config: &Config, stored: &StoredResponse) -> Response<Body> {
     res
 }
 
-/// A duplicate found the key in flight: reject at once, or in wait mode poll for the result.
-async fn in_flight(config: &Config, id: &RecordKey, fingerprint: Fingerprint) -> Response<Body> {
+/// A duplicate found the key in flight: reject at once, answer `202` with the status URL, or
+/// in wait mode poll for the result.
+async fn in_flight(
+    config: &Config,
+    id: &RecordKey,
+    fingerprint: Fingerprint,
+    lease_expires_at: oncely_core::UnixMillis,
+) -> Response<Body> {
     if let InFlightBehavior::Wait { max, poll } = config.policy.in_flight {
         let deadline = tokio::time::Instant::now() + max;
         let poll = poll.max(std::time::Duration::from_millis(1));
@@ -499,15 +514,75 @@ async fn in_flight(config: &Config, id: &RecordKey, fingerprint: Fingerprint) ->
         }
     }
     config.metrics.inc(Counter::in_flight_conflicts);
+    let retry_after = in_flight_retry_after(config, id, lease_expires_at).await;
+    if let Some(url) = config.policy.in_flight.status_url(id.key.as_str()) {
+        return accepted(id, &url, retry_after);
+    }
     code_response(
         ErrorCode::RequestInFlight,
         config.policy.profile,
         format!(
-            "a request with this Idempotency-Key is being processed; retry after {} second(s) with the same key",
-            config.policy.retry_after_secs
+            "a request with this Idempotency-Key is being processed; retry after {retry_after} second(s) with the same key"
         ),
+        retry_after,
+    )
+}
+
+/// The `Retry-After` of an in-flight answer: from the first request's age, its progress (a
+/// committed recovery point) and its lease ([`oncely_core::in_flight_retry_after_secs`]). One
+/// store read, bounded by the store timeout; without it, the lease alone sizes the answer.
+async fn in_flight_retry_after(
+    config: &Config,
+    id: &RecordKey,
+    lease_expires_at: oncely_core::UnixMillis,
+) -> u64 {
+    let now = config.clock.now_millis();
+    let (elapsed, progressed, lease_end) = match timed(config, config.store.get(id)).await {
+        Ok(Some(rec)) => match &rec.state {
+            RecordState::InFlight {
+                lease_expires_at,
+                recovery_point,
+            } => (
+                now.saturating_sub(rec.created_at),
+                recovery_point.is_some(),
+                *lease_expires_at,
+            ),
+            // Finished meanwhile: the retry is answered at once.
+            _ => (0, false, now),
+        },
+        _ => (
+            now.saturating_sub(lease_expires_at - duration_millis(config.policy.lease)),
+            false,
+            lease_expires_at,
+        ),
+    };
+    oncely_core::in_flight_retry_after_secs(
+        elapsed,
+        lease_end.saturating_sub(now),
+        progressed,
         config.policy.retry_after_secs,
     )
+}
+
+/// `202 Accepted` with `Location: <status URL>` and `Retry-After` (the `Accepted` in-flight
+/// mode): a JSON body naming the key, its state and the status URL.
+fn accepted(id: &RecordKey, url: &str, retry_after: u64) -> Response<Body> {
+    let body = serde_json::json!({
+        "key": id.key.as_str(),
+        "state": "in_flight",
+        "code": ErrorCode::RequestInFlight.as_str(),
+        "status_url": url,
+        "detail": format!("a request with this Idempotency-Key is being processed; poll {url}, or retry the same request with the same key after {retry_after} second(s)"),
+    });
+    let mut res = Response::new(full_body(Bytes::from(body.to_string())));
+    *res.status_mut() = http::StatusCode::ACCEPTED;
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(url) {
+        h.insert(http::header::LOCATION, v);
+    }
+    h.insert(http::header::RETRY_AFTER, HeaderValue::from(retry_after));
+    res
 }
 
 /// The handle of a claimed request's task.
@@ -524,6 +599,7 @@ fn spawn_execute<S, ResBody>(
     inner: S,
     req: Request<Body>,
     ctx: IdempotencyContext,
+    running: crate::drain::Running,
 ) -> TaskFuture<S::Error>
 where
     S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
@@ -534,9 +610,16 @@ where
 {
     // Boxed as `dyn Future + Send` so that the caller's future need not re-prove `Send` for
     // the task's output (a rustc limitation with higher-ranked lifetimes in async fns).
-    Box::pin(tokio::spawn(async move {
-        execute(&config, inner, req, &ctx).await
-    }))
+    // The task keeps the request's tracing span, so its logs (and the handler's) say which
+    // request they belong to.
+    Box::pin(tokio::spawn(
+        async move {
+            let res = execute(&config, inner, req, &ctx).await;
+            drop(running);
+            res
+        }
+        .in_current_span(),
+    ))
 }
 
 /// Runs the claimed request, then completes or releases its record.
@@ -552,6 +635,15 @@ where
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
+    if config.drain.is_draining() {
+        // Claimed, but the server began shutting down before the handler started: nothing
+        // ran, so the key is released at once and the client retries elsewhere. (A claim that
+        // rides in a transaction is undone by dropping the request, which rolls it back.)
+        if ctx.progress.as_ref().is_none_or(|p| p.committed()) {
+            release(config, ctx).await;
+        }
+        return Ok(Drain::shutting_down(config.policy.retry_after_secs));
+    }
     let heartbeat = Heartbeat::start(config, ctx.id.clone(), ctx.token, ctx.progress.clone());
     let res = match call_boxed(&mut inner, req).await {
         Ok(r) => r,
@@ -710,13 +802,20 @@ impl Heartbeat {
     ) -> Self {
         let (stop, mut stopped) = oneshot::channel::<()>();
         let config = Arc::clone(config);
+        let mut abandoned = config.drain.abandoned();
         let task = tokio::spawn(async move {
             let every = config.policy.heartbeat;
             loop {
                 tokio::select! {
                     biased;
                     _ = &mut stopped => return,
+                    // The server is shutting down and suspends this claim: renewing it would
+                    // undo the suspension.
+                    _ = abandoned.wait_for(|a| *a) => return,
                     () = tokio::time::sleep(every) => {}
+                }
+                if *abandoned.borrow() {
+                    return;
                 }
                 if let Some(p) = &progress {
                     if p.completed() {
@@ -729,12 +828,18 @@ impl Heartbeat {
                     }
                 }
                 match timed(&config, config.store.renew(&id, token, config.policy.lease)).await {
+                    // The drain cut this lease short while the renewal was on its way: cut it
+                    // again, so the renewal cannot undo the suspension.
+                    Ok(_) if *abandoned.borrow() => {
+                        let _ = timed(&config, config.store.renew(&id, token, std::time::Duration::ZERO)).await;
+                        return;
+                    }
                     Ok(_) => {}
                     Err(StoreError::Fenced) => {
                         // A transactional handler may have completed the record itself while
                         // this renewal waited for its phase's lock: that is not a lost claim.
                         let completed_by_us = matches!(
-                            config.store.get(&id).await,
+                            timed(&config, config.store.get(&id)).await,
                             Ok(Some(rec)) if rec.token == token && matches!(rec.state, oncely_core::RecordState::Complete { .. })
                         );
                         if !completed_by_us {
@@ -748,7 +853,7 @@ impl Heartbeat {
                     }
                 }
             }
-        });
+        }.in_current_span());
         Self { stop, task }
     }
 

@@ -7,8 +7,12 @@
 //! caller (and the idempotency scope). A real service puts its own authenticated identity there.
 
 pub mod db;
+pub mod health;
 pub mod openapi;
 pub mod payments;
+pub mod server;
+pub mod should_retry;
+pub mod standby;
 
 use anyhow::{Context as _, Result, bail};
 use axum::extract::{Path, Request, State};
@@ -99,6 +103,20 @@ fn sqlite_url(path: &str) -> String {
     format!("sqlite://{path}?mode=rwc")
 }
 
+/// Keys in `store` (memory, Redis), business data in the embedded SQLite `db`.
+pub(super) fn split(store: Arc<dyn KeyStore>, db: Db) -> Opened {
+    #[allow(clippy::infallible_destructuring_match)]
+    let pool = match &db {
+        Db::Sqlite(pool) => pool.clone(),
+        #[cfg(feature = "postgres")]
+        Db::Postgres(_) => unreachable!("the embedded business database is SQLite"),
+    };
+    Opened {
+        backend: Backend::Split(oncely_sqlx::Split::new(store.clone(), pool)),
+        store,
+        db,
+    }
+}
 /// Opens a key store (running its migrations) and the business database next to it.
 /// `business_path` is where the embedded business database goes for the memory and Redis stores.
 pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened> {
@@ -118,19 +136,6 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
             .context("open the embedded business database")?;
         Ok(Db::Sqlite(pool))
     }
-    fn split(store: Arc<dyn KeyStore>, db: Db) -> Opened {
-        #[allow(clippy::infallible_destructuring_match)]
-        let pool = match &db {
-            Db::Sqlite(pool) => pool.clone(),
-            #[cfg(feature = "postgres")]
-            Db::Postgres(_) => unreachable!("the embedded business database is SQLite"),
-        };
-        Opened {
-            backend: Backend::Split(oncely_sqlx::Split::new(store.clone(), pool)),
-            store,
-            db,
-        }
-    }
     let opened = match url {
         StoreUrl::Memory => split(Arc::new(MemoryStore::new()), plain_db(business_path).await?),
         StoreUrl::Sqlite(path) => {
@@ -146,30 +151,16 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
         }
         #[cfg(not(feature = "postgres"))]
         StoreUrl::Postgres(_) => bail!("this oncely was built without the postgres feature"),
+        // PostgreSQL and Redis may be down at start: the server starts anyway and answers 503
+        // until they answer (standby.rs); the business tables come with the store's.
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(u) => {
-            let store = oncely_postgres::PostgresStore::connect(u)
-                .await
-                .context("connect to the PostgreSQL key store")?;
-            store
-                .migrate()
-                .await
-                .context("create the PostgreSQL key store's tables")?;
-            let db = Db::Postgres(store.pool().clone());
-            Opened {
-                store: Arc::new(store.clone()),
-                backend: Backend::Postgres(store),
-                db,
-            }
+        StoreUrl::Postgres(u) => return standby::open_postgres(u).await,
+        StoreUrl::Redis(u) => {
+            let path = business_path.map_or_else(|| default_business_path(u), str::to_owned);
+            let db = plain_db(Some(&path)).await?;
+            db.migrate().await.context("create the business tables")?;
+            return standby::open_redis(u, db).await;
         }
-        StoreUrl::Redis(u) => split(
-            Arc::new(
-                oncely_redis::RedisStore::connect(u)
-                    .await
-                    .context("connect to the Redis key store")?,
-            ),
-            plain_db(Some(business_path.unwrap_or("oncely-business.sqlite3"))).await?,
-        ),
     };
     opened
         .db
@@ -177,6 +168,21 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
         .await
         .context("create the business tables")?;
     Ok(opened)
+}
+
+/// Where the business data of a Redis-backed server goes without `--business-db`: a file in
+/// the system's temporary directory named after the Redis URL (so a restart finds its payments
+/// again, and nothing is written into the working directory).
+fn default_business_path(redis_url: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(redis_url.as_bytes());
+    std::env::temp_dir()
+        .join(format!(
+            "oncely-business-{}.sqlite3",
+            hex::encode(&digest[..8])
+        ))
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Opens an existing key store alone (for the jobs): no business tables are created, and a
@@ -233,6 +239,7 @@ struct Inner {
     crash_after: Option<String>,
     policy: Policy,
     metrics: Arc<Metrics>,
+    drain: Option<oncely_tower::Drain>,
     payments_created: AtomicU64,
     reaped: AtomicU64,
     orphaned: AtomicU64,
@@ -295,14 +302,22 @@ impl App {
     }
 }
 
+/// The credentials of `Authorization: Bearer <token>`: the scheme name is matched
+/// case-insensitively (RFC 9110 section 11.1), with one or more spaces before the token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| rest.trim_matches(' '))
+}
+
 /// The authentication stand-in: `Authorization: Bearer <account>` -> [`Scope`].
 async fn authenticate(mut req: Request, next: Next) -> Response {
     let account = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(bearer_token)
         .filter(|a| !a.is_empty() && a.len() <= 255 && a.bytes().all(|b| b.is_ascii_graphic()))
         .map(str::to_owned);
     match account {
@@ -417,6 +432,11 @@ pub fn problem_with(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
     );
+    // The Stainless SDK convention: generated clients honour it before their status rules.
+    resp.headers_mut().insert(
+        oncely_core::X_SHOULD_RETRY,
+        HeaderValue::from_static(if retryable { "true" } else { "false" }),
+    );
     resp
 }
 
@@ -467,6 +487,13 @@ async fn key_state(
     let Ok(Path(key)) = key else {
         return invalid("the key in the path is not valid UTF-8 (keys are visible ASCII)".into());
     };
+    // A path segment is taken as is: the header's syntax (surrounding spaces, a quoted form)
+    // does not apply, so a key with a space is invalid, never another key.
+    if let Some(b) = key.bytes().find(|b| !b.is_ascii_graphic()) {
+        return invalid(format!(
+            "the key contains the byte 0x{b:02x}, which is not a visible ASCII character (a key is 1 to 255 visible ASCII characters)"
+        ));
+    }
     let key = match IdempotencyKey::new(&key) {
         Ok(k) => k,
         Err(e) => {
@@ -504,12 +531,24 @@ async fn key_state(
                 "key": key.as_str(), "state": "absent", "completed_at": completed_at,
                 "note": "the replay window has passed: reusing this key starts a new request",
             }),
+            // Suspended: the request stopped at its recovery point (an outside system failed,
+            // or its server shut down) and its lease was cut short, or its owner died and the
+            // lease lapsed. Nobody is working on it: the next retry (or the completer) takes
+            // it over at once and resumes.
+            RecordState::InFlight {
+                lease_expires_at,
+                recovery_point,
+            } if lease_expires_at <= now => json!({
+                "key": key.as_str(), "state": "in_flight", "suspended": true,
+                "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
+                "note": "no request is working on this key: retry the same request with the same key to resume it from its recovery point",
+            }),
             RecordState::InFlight {
                 lease_expires_at,
                 recovery_point,
             } => json!({
-                "key": key.as_str(), "state": "in_flight", "lease_expires_at": lease_expires_at,
-                "recovery_point": recovery_point,
+                "key": key.as_str(), "state": "in_flight", "suspended": false,
+                "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
             }),
         },
     };
@@ -642,10 +681,12 @@ pub fn router(app: App, backend: &Backend, layer: Option<IdempotencyLayer>) -> R
         .route("/v1/idempotency-keys/{key}", get(key_state))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(middleware::from_fn(authenticate))
+        .layer(middleware::from_fn(should_retry::mark))
         .with_state(app)
 }
 
@@ -667,6 +708,7 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
             crash_after: cfg.crash_after.clone(),
             policy: cfg.policy.clone(),
             metrics: layer.metrics(),
+            drain: (!cfg.idempotency_off).then(|| layer.drain()),
             payments_created: AtomicU64::new(0),
             reaped: AtomicU64::new(0),
             orphaned: AtomicU64::new(0),
@@ -711,6 +753,11 @@ impl App {
                 }
             }
         });
+    }
+
+    /// The layer's graceful-shutdown handle (`None` without the layer).
+    pub fn drain(&self) -> Option<oncely_tower::Drain> {
+        self.inner.drain.clone()
     }
 
     /// The key store.

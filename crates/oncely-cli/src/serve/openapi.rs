@@ -5,8 +5,16 @@ use serde_json::{Value, json};
 fn problem(description: &str) -> Value {
     json!({
         "description": description,
+        "headers": {"x-should-retry": {"$ref": "#/components/headers/ShouldRetry"}},
         "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
     })
+}
+
+/// A retryable problem: also `Retry-After`.
+fn retryable(description: &str) -> Value {
+    let mut p = problem(description);
+    p["headers"]["Retry-After"] = json!({"$ref": "#/components/headers/RetryAfter"});
+    p
 }
 
 fn write_responses(created: &str, schema: &str, extra: &[(&str, &str)]) -> Value {
@@ -19,20 +27,21 @@ fn write_responses(created: &str, schema: &str, extra: &[(&str, &str)]) -> Value
             },
             "content": {"application/json": {"schema": {"$ref": schema}}}
         },
-        "400": problem("`idempotency_key_missing`, `idempotency_key_invalid` or `invalid_json`: nothing was executed."),
-        "401": problem("`unauthenticated`: send `Authorization: Bearer <account>`."),
-        "409": {
-            "description": "`idempotency_request_in_flight` (retryable; see `Retry-After`) or `idempotency_response_not_retained`.",
-            "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
-            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        "202": {
+            "description": "Only with `--in-flight-accepted`: another request with this key is running; poll `Location` (the key's state) or retry after `Retry-After`.",
+            "headers": {
+                "Location": {"schema": {"type": "string"}},
+                "Retry-After": {"$ref": "#/components/headers/RetryAfter"}
+            },
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InFlight"}}}
         },
+        "400": problem("`idempotency_key_missing`, `idempotency_key_invalid`, `invalid_json` or `idempotency_request_body_unreadable`: nothing was executed."),
+        "401": problem("`unauthenticated`: send `Authorization: Bearer <account>`."),
+        "409": retryable("`idempotency_request_in_flight` (retryable; see `Retry-After`) or `idempotency_response_not_retained` (not retryable)."),
         "413": problem("`idempotency_request_too_large`."),
+        "415": problem("`unsupported_media_type`: send `Content-Type: application/json` (uncompressed)."),
         "422": problem("`idempotency_key_mismatch` (the key was used with another request; never retry) or `validation_failed` (nothing executed; correct and retry with the same key)."),
-        "503": {
-            "description": "`idempotency_store_unavailable` or `upstream_unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.",
-            "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 0}}},
-            "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
-        }
+        "503": retryable("`idempotency_store_unavailable`, `upstream_unavailable`, `server_shutting_down` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.")
     });
     for (status, description) in extra {
         r[*status] = problem(description);
@@ -44,7 +53,8 @@ fn read_responses(schema: Value) -> Value {
     json!({
         "200": {"description": "OK", "content": {"application/json": {"schema": schema}}},
         "401": problem("`unauthenticated`."),
-        "404": problem("`not_found`.")
+        "404": problem("`not_found`."),
+        "503": retryable("`unavailable`: the database could not answer; retry later.")
     })
 }
 
@@ -104,19 +114,29 @@ pub fn document() -> Value {
                 "get": {
                     "operationId": "getIdempotencyKey",
                     "summary": "The state of one of the caller's keys: absent, in_flight or complete, and until when it replays.",
-                    "parameters": [{"name": "key", "in": "path", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                    "parameters": [{"name": "key", "in": "path", "required": true, "description": "The key as sent in `Idempotency-Key` (unquoted), percent-encoded as one path segment.", "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"}}],
                     "responses": {
                         "200": {"description": "The key's state.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/KeyState"}}}},
-                        "400": problem("`idempotency_key_invalid`."),
-                        "401": problem("`unauthenticated`.")
+                        "400": problem("`idempotency_key_invalid`: the key in the path is not 1 to 255 visible ASCII characters."),
+                        "401": problem("`unauthenticated`."),
+                        "503": retryable("`unavailable`: the key store could not answer; retry later.")
                     }
                 }
             },
             "/metrics": {"get": {"operationId": "metrics", "security": [], "responses": {"200": {"description": "Prometheus text format.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/healthz": {"get": {"operationId": "healthz", "security": [], "summary": "Liveness: the process serves HTTP (200 even while the key store is down).", "responses": {"200": {"description": "Alive.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/readyz": {"get": {"operationId": "readyz", "security": [], "summary": "Readiness: the key store answers (route traffic here only then).", "responses": {
+                "200": {"description": "Ready.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}}},
+                "503": retryable("`not_ready`: the key store does not answer yet.")
+            }}},
             "/openapi.json": {"get": {"operationId": "openapi", "security": [], "responses": {"200": {"description": "This document.", "content": {"application/json": {"schema": {"type": "object"}}}}}}}
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "The bearer token is the account id (a stand-in for real authentication)."}},
+            "headers": {
+                "ShouldRetry": {"description": "`true` when the problem is retryable, `false` otherwise (the convention generated SDKs honour).", "schema": {"type": "string", "enum": ["true", "false"]}},
+                "RetryAfter": {"description": "Seconds to wait before retrying the same request.", "schema": {"type": "integer", "minimum": 1}}
+            },
             "parameters": {
                 "IdempotencyKey": {
                     "name": "Idempotency-Key", "in": "header", "required": true,
@@ -159,9 +179,16 @@ pub fn document() -> Value {
                     }}}
                 },
                 "Order": {"type": "object", "properties": {"id": {"type": "string"}, "items": {"type": "array"}, "created_at": {"type": "integer"}}},
+                "InFlight": {
+                    "type": "object", "required": ["key", "state", "status_url"],
+                    "properties": {"key": {"type": "string"}, "state": {"type": "string", "enum": ["in_flight"]}, "code": {"type": "string"}, "status_url": {"type": "string"}, "detail": {"type": "string"}}
+                },
+                "Readiness": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ready"]}, "store": {"type": "string"}}},
                 "KeyState": {
                     "type": "object",
                     "properties": {
+                        "suspended": {"type": "boolean", "description": "In flight but nobody is working on it (stopped at its recovery point, or its owner died): a retry with the same request resumes it at once."},
+                        "note": {"type": "string"},
                         "key": {"type": "string"}, "state": {"type": "string", "enum": ["absent", "in_flight", "complete"]},
                         "status": {"type": "integer"}, "completed_at": {"type": "integer"}, "replays_until": {"type": "integer", "description": "Epoch milliseconds."},
                         "lease_expires_at": {"type": "integer"}, "recovery_point": {"type": ["string", "null"]}

@@ -1,0 +1,214 @@
+//! Starting while the key store is down: a server restarted during a Redis or PostgreSQL outage
+//! must come back with the store, not stay down.
+//!
+//! [`Standby`] is the key store the server uses for Redis and PostgreSQL: until the real store
+//! has answered (connected, and its tables created), every call fails with
+//! [`StoreError::Unavailable`], so keyed routes answer `503 idempotency_store_unavailable` with
+//! `Retry-After` (the layer fails closed, nothing runs) and `GET /readyz` answers `503
+//! not_ready`; `GET /healthz` stays `200` (the process is alive). A background task retries
+//! the connection with a backoff from 500 milliseconds up to 5 seconds, logging the first
+//! failure and then every tenth, and swaps the real store in once it answers.
+
+use super::db::Db;
+use super::{Backend, Opened};
+use anyhow::Result;
+use async_trait::async_trait;
+use oncely_core::{
+    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ReapReport, Record, RecordKey, StoreError,
+    StoredResponse, UnixMillis,
+};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// A key store that is not reachable yet, then is (see the [module docs](self)).
+pub struct Standby {
+    inner: OnceLock<Arc<dyn KeyStore>>,
+}
+
+#[derive(Debug)]
+struct NotYet;
+
+impl std::fmt::Display for NotYet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the key store has not answered since this server started; retrying in the background",
+        )
+    }
+}
+
+impl std::error::Error for NotYet {}
+
+impl Standby {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            inner: OnceLock::new(),
+        })
+    }
+
+    fn store(&self) -> Result<&Arc<dyn KeyStore>, StoreError> {
+        self.inner
+            .get()
+            .ok_or_else(|| StoreError::unavailable(NotYet))
+    }
+
+    fn set(&self, store: Arc<dyn KeyStore>) {
+        let _ = self.inner.set(store);
+    }
+}
+
+/// Calls `attempt` until it succeeds, with a backoff from 500 ms up to 5 s.
+async fn until_it_answers<T, F>(what: &str, attempt: impl Fn() -> F) -> T
+where
+    F: std::future::Future<Output = Result<T>>,
+{
+    let mut wait = Duration::from_millis(500);
+    let mut failures = 0u64;
+    loop {
+        match attempt().await {
+            Ok(v) => {
+                if failures > 0 {
+                    tracing::info!(failures, "{what} answers now; serving");
+                }
+                return v;
+            }
+            Err(e) => {
+                if failures.is_multiple_of(10) {
+                    tracing::warn!(error = %format!("{e:#}"), failures, "{what} does not answer; keyed routes answer 503 and /readyz is not ready until it does");
+                }
+                failures += 1;
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Opens the Redis key store, at once if Redis answers, else in the background.
+pub(super) async fn open_redis(url: &str, db: Db) -> Result<Opened> {
+    let standby = Standby::new();
+    let connect = {
+        let url = url.to_owned();
+        move || {
+            let url = url.clone();
+            async move {
+                let store: Arc<dyn KeyStore> =
+                    Arc::new(oncely_redis::RedisStore::connect(&url).await?);
+                anyhow::Ok(store)
+            }
+        }
+    };
+    match connect().await {
+        Ok(store) => standby.set(store),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "the Redis key store does not answer; starting anyway");
+            let standby = Arc::clone(&standby);
+            tokio::spawn(async move {
+                standby.set(until_it_answers("the Redis key store", connect).await);
+            });
+        }
+    }
+    Ok(super::split(standby, db))
+}
+
+/// Opens the PostgreSQL key store and business database on a lazy pool; its tables are created
+/// at once if PostgreSQL answers, else in the background.
+#[cfg(feature = "postgres")]
+pub(super) async fn open_postgres(url: &str) -> Result<Opened> {
+    use oncely_postgres::PostgresStore;
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    let mut options: PgConnectOptions = url
+        .parse()
+        .map_err(|e| anyhow::anyhow!("invalid PostgreSQL URL: {e}"))?;
+    if !url.contains("lock_timeout") {
+        options = options.options([(
+            "lock_timeout",
+            format!("{}ms", PostgresStore::DEFAULT_LOCK_TIMEOUT.as_millis()),
+        )]);
+    }
+    // The same pool settings as `PostgresStore::connect`, without its first connection.
+    let pool = PgPoolOptions::new()
+        .max_connections(PostgresStore::DEFAULT_MAX_CONNECTIONS)
+        .acquire_timeout(PostgresStore::DEFAULT_ACQUIRE_TIMEOUT)
+        .connect_lazy_with(options);
+    let store = PostgresStore::from_pool(pool.clone(), Arc::new(oncely_core::SystemClock));
+    let db = Db::Postgres(pool);
+    let standby = Standby::new();
+    let prepare = {
+        let (store, db) = (store.clone(), db.clone());
+        move || {
+            let (store, db) = (store.clone(), db.clone());
+            async move {
+                store.migrate().await?;
+                db.migrate().await?;
+                let store: Arc<dyn KeyStore> = Arc::new(store);
+                anyhow::Ok(store)
+            }
+        }
+    };
+    match prepare().await {
+        Ok(s) => standby.set(s),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "the PostgreSQL key store does not answer; starting anyway");
+            let standby = Arc::clone(&standby);
+            tokio::spawn(async move {
+                standby.set(until_it_answers("the PostgreSQL key store", prepare).await);
+            });
+        }
+    }
+    Ok(Opened {
+        store: standby,
+        backend: Backend::Postgres(store),
+        db,
+    })
+}
+
+#[async_trait]
+impl KeyStore for Standby {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.store()?.claim(req).await
+    }
+    async fn renew(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<UnixMillis, StoreError> {
+        self.store()?.renew(id, token, lease).await
+    }
+    async fn checkpoint(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.store()?
+            .checkpoint(id, token, recovery_point, lease)
+            .await
+    }
+    async fn complete(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        response: StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        self.store()?.complete(id, token, response, retention).await
+    }
+    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
+        self.store()?.release(id, token).await
+    }
+    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
+        self.store()?.get(id).await
+    }
+    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
+        self.store()?.reap(batch).await
+    }
+    async fn list_abandoned(
+        &self,
+        grace: Duration,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        self.store()?.list_abandoned(grace, limit).await
+    }
+}
