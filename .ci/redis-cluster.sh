@@ -5,6 +5,8 @@
 #   .ci/redis-cluster.sh start    # start it, or reuse it when it is already running and healthy
 #   .ci/redis-cluster.sh stop     # shut its nodes down and delete their files
 #   .ci/redis-cluster.sh status   # exit 0 when it is running and healthy
+#   .ci/redis-cluster.sh node P   # (re)start the one node on port P with its existing files
+#                                 # (the failover test brings a killed primary back this way)
 #
 # `start` prints the store URL on its last line of stdout:
 #   redis+cluster://127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102
@@ -73,6 +75,18 @@ stop() {
   rm -rf "$DIR"
 }
 
+start_node() {
+  local p=$1
+  mkdir -p "$DIR/$p"
+  redis-server --port "$p" --bind 127.0.0.1 --daemonize yes \
+    --dir "$DIR/$p" --pidfile "$DIR/$p.pid" --logfile "$DIR/$p.log" \
+    --cluster-enabled yes --cluster-config-file "$DIR/$p/nodes.conf" \
+    --cluster-node-timeout "$NODE_TIMEOUT" \
+    --appendonly yes --appendfsync everysec --save ""
+  for _ in $(seq 1 50); do cli "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+  cli "$p" ping >/dev/null
+}
+
 start() {
   if healthy; then
     echo "redis cluster on ports ${PORTS[0]}-${PORTS[5]} is running and healthy: reused" >&2
@@ -89,18 +103,7 @@ start() {
     fi
   done
   mkdir -p "$DIR"
-  for p in "${PORTS[@]}"; do
-    mkdir -p "$DIR/$p"
-    redis-server --port "$p" --bind 127.0.0.1 --daemonize yes \
-      --dir "$DIR/$p" --pidfile "$DIR/$p.pid" --logfile "$DIR/$p.log" \
-      --cluster-enabled yes --cluster-config-file "$DIR/$p/nodes.conf" \
-      --cluster-node-timeout "$NODE_TIMEOUT" \
-      --appendonly yes --appendfsync everysec --save ""
-  done
-  for p in "${PORTS[@]}"; do
-    for _ in $(seq 1 50); do cli "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-    cli "$p" ping >/dev/null
-  done
+  for p in "${PORTS[@]}"; do start_node "$p"; done
   local nodes=()
   for p in "${PORTS[@]}"; do nodes+=("127.0.0.1:$p"); done
   redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >"$DIR/create.log" 2>&1 || {
@@ -123,8 +126,9 @@ case "${1:-start}" in
   start) start ;;
   stop) stop ;;
   status) healthy ;;
+  node) start_node "${2:?usage: $0 node PORT}" ;;
   *)
-    echo "usage: $0 [start|stop|status]" >&2
+    echo "usage: $0 [start|stop|status|node PORT]" >&2
     exit 2
     ;;
 esac

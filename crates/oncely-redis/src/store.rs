@@ -310,14 +310,23 @@ impl RedisStore {
         if !volatile.is_empty() && !accept_volatile {
             return Err(ConnectError::Volatile(VolatileRedis { nodes: volatile }));
         }
+        // One warning per kind of loss, naming the nodes it applies to.
+        let mut warnings: Vec<(String, Vec<&str>)> = Vec::new();
         for (node, p) in &persistence {
-            if let Some(w) = p.warning() {
-                let accepted = if p.keeps_nothing() {
-                    " (accepted: accept_volatile is set)"
-                } else {
-                    ""
-                };
-                tracing::warn!(node = %node, "redis key store: {w}{accepted}");
+            let Some(mut w) = p.warning() else { continue };
+            if p.keeps_nothing() {
+                w.push_str(" (accepted: accept_volatile is set)");
+            }
+            match warnings.iter_mut().find(|(seen, _)| *seen == w) {
+                Some((_, nodes)) => nodes.push(node),
+                None => warnings.push((w, vec![node])),
+            }
+        }
+        for (w, nodes) in warnings {
+            if nodes.iter().all(|n| n.is_empty()) {
+                tracing::warn!("redis key store: {w}");
+            } else {
+                tracing::warn!(nodes = %nodes.join(","), "redis key store: {w}");
             }
         }
         Ok(Self {
