@@ -497,6 +497,29 @@ fn serve_and_gates_refuse_a_redis_that_keeps_nothing_unless_accepted() {
 }
 
 #[test]
+fn serve_help_states_what_redis_must_keep() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for says in [
+        "persists nothing (appendonly no, save \"\") is refused",
+        "?accept_volatile=true",
+        "appendfsync everysec is accepted with a warning",
+        "redis+cluster://HOST:PORT[,HOST:PORT…]",
+        "503 idempotency_store_unavailable",
+        "?wait_replicas=N&wait_timeout_ms=M",
+    ] {
+        assert!(
+            help.contains(says),
+            "{says:?} missing from serve --help:\n{help}"
+        );
+    }
+}
+
+#[test]
 fn gates_pass_on_a_redis_cluster() {
     let Ok(url) = std::env::var("ONCELY_TEST_REDIS_CLUSTER_URL") else {
         eprintln!(
