@@ -11,8 +11,8 @@ use oncely_redis::{ConnectError, Persistence, RedisStore};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A `redis-server` child process, killed and reaped when dropped.
-struct Server(Child);
+/// A `redis-server` child process, killed and reaped (and its directory removed) when dropped.
+struct Server(Child, std::path::PathBuf);
 
 impl Server {
     fn start(port: u16, extra: &[&str]) -> Self {
@@ -34,7 +34,7 @@ impl Server {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Self(child)
+        Self(child, dir)
     }
 }
 
@@ -42,6 +42,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
     }
 }
 
