@@ -7,7 +7,8 @@
 # Usage: crates/oncely-bench/scripts/http.sh [STORES] [SECONDS] [CONCURRENCY] [ROUNDS]
 #   STORES: space-separated subset of "memory sqlite postgres redis" (default: all four)
 #   env ONCELY_BENCH_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/oncely_bench)
-#   env ONCELY_BENCH_REDIS_URL    (default redis://127.0.0.1:6379)
+#   env ONCELY_BENCH_REDIS_URL    (default redis://127.0.0.1:6379?accept_volatile=true: benchmark
+#                                 records are throwaway, so a Redis that persists nothing is accepted)
 # Prints one JSON line per run: {"store", "round", "variant", "record": <oncely bench --json>}.
 set -euo pipefail
 STORES=${1:-"memory sqlite postgres redis"}
@@ -16,7 +17,7 @@ CONC=${3:-16}
 ROUNDS=${4:-2}
 BIN=${ONCELY_BIN:-target/release/oncely}
 PG=${ONCELY_BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/oncely_bench}
-REDIS=${ONCELY_BENCH_REDIS_URL:-redis://127.0.0.1:6379}
+REDIS=${ONCELY_BENCH_REDIS_URL:-redis://127.0.0.1:6379?accept_volatile=true}
 BODY='{"items":[{"sku":"bench-sku","quantity":2},{"sku":"other-sku","quantity":1}]}'
 TMP=$(mktemp -d)
 PIDS=()

@@ -87,7 +87,10 @@ pub async fn open(backend: Backend) -> Result<Opened, String> {
         Backend::Redis => {
             let url = env_url("ONCELY_BENCH_REDIS_URL", "ONCELY_TEST_REDIS_URL")
                 .ok_or("ONCELY_BENCH_REDIS_URL is not set")?;
-            let store = oncely_redis::RedisStore::connect(&url)
+            // Benchmark records are throwaway: a Redis that persists nothing (as the private
+            // benchmark instance does, so its counters see only our traffic) is accepted.
+            let config = oncely_redis::RedisConfig::new().with_accept_volatile(true);
+            let store = oncely_redis::RedisStore::connect_with(&url, config)
                 .await
                 .map_err(|e| e.to_string())?;
             (Arc::new(store), None)

@@ -115,8 +115,20 @@ pub fn render(policy: &Policy) -> String {
     let _ = writeln!(
         w,
         "- A request in progress holds its key with a lease of {}, renewed while it runs; if \
-         the server dies, a retry after the lease lapses resumes the request where it stopped.\n",
+         the server dies, a retry after the lease lapses resumes the request where it stopped.",
         human(policy.lease)
+    );
+    let _ = writeln!(
+        w,
+        "- These windows hold only while the key store keeps its records. A Redis key store that \
+         persists nothing (`appendonly no`, `save \"\"`) is refused at start-up, because a Redis \
+         restart would forget every key and a retry across it would execute again, unless its \
+         URL says `accept_volatile=true` (then a Redis restart ends every replay window early); \
+         `appendfsync everysec` is accepted with a warning (a crash can lose up to about one \
+         second of keys). On a Redis Cluster a claim and a stored response count only once a \
+         replica has acknowledged them (`WAIT`), so a primary's failover keeps them; when no \
+         replica acknowledges in time the request is answered `503 \
+         idempotency_store_unavailable`: retry it.\n"
     );
     let _ = writeln!(w, "## Errors\n");
     let _ = writeln!(
@@ -164,7 +176,7 @@ pub fn render(policy: &Policy) -> String {
         ),
         (
             ErrorCode::StoreUnavailable,
-            "nothing ran (the key store could not be reached): retry the same request after `Retry-After`".into(),
+            "nothing ran (the key store could not be reached, or its replicas did not acknowledge the claim in time): retry the same request after `Retry-After`".into(),
         ),
         (
             ErrorCode::ResponseNotRetained,

@@ -125,7 +125,17 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
         /// Key store: a file path or sqlite://PATH (the embedded default), memory,
-        /// postgres://… or redis://…
+        /// postgres://…, redis://… or a Redis Cluster,
+        /// redis+cluster://HOST:PORT[,HOST:PORT…] (seed nodes; rediss+cluster:// for TLS).
+        ///
+        /// Redis must keep what it acknowledged: a Redis (or any cluster node) that persists
+        /// nothing (appendonly no, save "") is refused, because a restart would forget every
+        /// key and a retry across it would execute again; add ?accept_volatile=true to the URL
+        /// to accept losing the replay window on restart. appendfsync everysec is accepted
+        /// with a warning (a crash can lose up to about 1 second of records). On a cluster
+        /// every claim, recovery point and completion waits for 1 replica (WAIT, 500 ms) and
+        /// is answered 503 idempotency_store_unavailable when it does not arrive; set
+        /// ?wait_replicas=N&wait_timeout_ms=M (also on redis://; wait_replicas=0 turns it off).
         #[arg(long, default_value = "oncely.sqlite3")]
         store: StoreUrl,
         /// The outside card processor and mailer (`oncely processor`); without it one is
@@ -171,6 +181,8 @@ enum Command {
     /// Run the end-to-end gates (the main job); exit status 1 if any fails.
     Gates {
         /// Key store (default: a fresh embedded SQLite file); postgres://… runs 3 API processes.
+        /// Redis and Redis Cluster URLs as for `oncely serve --store` (e.g.
+        /// redis+cluster://127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102).
         #[arg(long)]
         store: Option<StoreUrl>,
         /// Concurrent identical requests in the concurrency gate.

@@ -370,12 +370,165 @@ fn gates_pass_on_postgres_with_three_servers() {
     }
 }
 
+/// `url` with the query parameter `param` added.
+fn with_param(url: &str, param: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{param}")
+}
+
 #[test]
 fn gates_pass_on_redis() {
     let Ok(url) = std::env::var("ONCELY_TEST_REDIS_URL") else {
         eprintln!("skipped: ONCELY_TEST_REDIS_URL is unset (e.g. redis://127.0.0.1:6379)");
         return;
     };
+    // The CI's Redis persists nothing on purpose: accepted explicitly.
+    let url = with_param(&url, "accept_volatile=true");
+    let report = gates(&[
+        "--store",
+        &url,
+        "-n",
+        "100",
+        "--fleet-clients",
+        "4",
+        "--fleet-calls",
+        "5",
+    ]);
+    assert_all_gates_pass(&report);
+}
+
+/// Runs `oncely ARGS` to its end (killed and failed after 60 s) and returns its exit code and
+/// stderr.
+fn run_to_end(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("oncely {args:?} was still running after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status.code(), stderr)
+}
+
+#[test]
+fn serve_and_gates_refuse_a_redis_that_keeps_nothing_unless_accepted() {
+    // Issue 14, item 5: its own volatile Redis on 127.0.0.1:7122 (the CI's may change).
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let Ok(redis) = Command::new("redis-server")
+        .args([
+            "--port",
+            "7122",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        eprintln!("skipped: the redis-server binary is not installed");
+        return;
+    };
+    let _redis = Killed(redis);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect("127.0.0.1:7122").is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let biz = dir.path().join("biz.sqlite3");
+    let url = "redis://127.0.0.1:7122";
+    let (code, stderr) = run_to_end(&[
+        "serve",
+        "--addr",
+        "127.0.0.1:0",
+        "--store",
+        url,
+        "--business-db",
+        biz.to_str().unwrap(),
+    ]);
+    assert_ne!(code, Some(0), "{stderr}");
+    for says in [
+        "persists nothing",
+        "accept_volatile=true",
+        "executes the request again",
+    ] {
+        assert!(stderr.contains(says), "{says:?} missing from: {stderr}");
+    }
+    // The gates: a setup error (exit 2) with the same reason.
+    let (code, stderr) = run_to_end(&["gates", "--json", "--store", url]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("persists nothing"), "{stderr}");
+    // Accepted explicitly, the gates run (and pass) on it.
+    let report = gates(&[
+        "--store",
+        &format!("{url}?accept_volatile=true"),
+        "-n",
+        "20",
+        "--only",
+        "concurrency",
+    ]);
+    assert_eq!(report["passed"], true, "{report:#}");
+}
+
+#[test]
+fn serve_help_states_what_redis_must_keep() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncely"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for says in [
+        "persists nothing (appendonly no, save \"\") is refused",
+        "?accept_volatile=true",
+        "appendfsync everysec is accepted with a warning",
+        "redis+cluster://HOST:PORT[,HOST:PORT…]",
+        "503 idempotency_store_unavailable",
+        "?wait_replicas=N&wait_timeout_ms=M",
+    ] {
+        assert!(
+            help.contains(says),
+            "{says:?} missing from serve --help:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn gates_pass_on_a_redis_cluster() {
+    let Ok(url) = std::env::var("ONCELY_TEST_REDIS_CLUSTER_URL") else {
+        eprintln!(
+            "skipped: ONCELY_TEST_REDIS_CLUSTER_URL is unset (start a cluster with .ci/redis-cluster.sh)"
+        );
+        return;
+    };
+    // The cluster default: WAIT for 1 replica after every claim, recovery point and
+    // completion.
     let report = gates(&[
         "--store",
         &url,

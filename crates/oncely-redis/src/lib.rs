@@ -10,8 +10,9 @@
 //! use oncely_redis::{RedisConfig, RedisStore};
 //! use std::time::Duration;
 //!
-//! # async fn demo() -> Result<(), oncely_core::StoreError> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! // The server's clock decides leases (see `ClockSource`); 2 s per round trip by default.
+//! // Connecting refuses a Redis that persists nothing (see "What Redis must keep").
 //! let store = RedisStore::connect_with(
 //!     "redis://127.0.0.1:6379",
 //!     RedisConfig::new().with_operation_timeout(Duration::from_millis(500)),
@@ -61,21 +62,43 @@
 //! [`KeyStore::reap`](oncely_core::KeyStore::reap) on [`RedisStore`] for why Redis expiry does
 //! the reaping.
 //!
+//! # Redis Cluster
+//!
+//! `redis+cluster://host:port[,host:port…]` connects to a Redis Cluster through its seed
+//! nodes. Every record is one hash-tagged key, so it lives in one slot on one primary and every
+//! script stays atomic there; the reaper and the completer walk every primary.
+//!
+//! # What Redis must keep
+//!
+//! A store must keep what it acknowledged for the whole replay window. At connect the store
+//! reads each node's persistence ([`Persistence`]) and refuses a node that keeps nothing
+//! ([`ConnectError::Volatile`]) unless `accept_volatile=true` (in the URL, or
+//! [`RedisConfig::accept_volatile`]) says that losing the replay window on restart is
+//! acceptable. It warns about `appendfsync everysec` (a crash can lose up to about one second
+//! of records).
+//!
 //! # What is not promised
 //!
-//! Redis replication is asynchronous: a claim acknowledged by a primary that fails before
-//! replicating it can be lost on failover, and a second claim may then win. Use a persistent,
-//! single-primary deployment (or `WAIT`-based setups outside this crate) when that matters, or
-//! a SQL backend. Within one primary, claims are atomic and writes are fenced.
+//! Redis replication is asynchronous: a write acknowledged by a primary that fails before
+//! replicating it is lost on failover, and a retry of a lost claim then executes again. With
+//! `wait_replicas=N` (1 by default on a cluster) the store answers only after `WAIT` saw N
+//! replicas acknowledge, and answers `503` otherwise; [`RedisStore`] ("Failover") says exactly
+//! what survives a failover and what does not. Within one primary, claims are atomic and
+//! writes are fenced.
 
 mod clock;
+mod conn;
 mod decode;
+mod durability;
 mod error;
 mod keys;
 mod scripts;
 mod store;
 
 pub use clock::ClockSource;
-pub use error::OperationTimedOut;
+pub use durability::Persistence;
+pub use error::{
+    ConnectError, InvalidUrl, OperationTimedOut, ReplicasDidNotAcknowledge, VolatileRedis,
+};
 pub use keys::{DEFAULT_NAMESPACE, record_key};
-pub use store::{DEFAULT_OPERATION_TIMEOUT, RedisConfig, RedisStore};
+pub use store::{DEFAULT_OPERATION_TIMEOUT, DEFAULT_WAIT_TIMEOUT, RedisConfig, RedisStore};

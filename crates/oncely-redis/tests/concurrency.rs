@@ -1,9 +1,11 @@
 //! 500 concurrent claims of one key from 4 separate connections: exactly one winner, in each of
-//! 20 runs, counted as side effects. Skips when `ONCELY_TEST_REDIS_URL` is unset.
+//! 20 runs, counted as side effects; on one Redis (skips when `ONCELY_TEST_REDIS_URL` is unset)
+//! and on a Redis Cluster with `WAIT` for one replica (skips when
+//! `ONCELY_TEST_REDIS_CLUSTER_URL` is unset).
 
 mod common;
 
-use common::{claim_req, fresh_id, redis_url, response};
+use common::{claim_req, cluster_url, fresh_id, redis_url, response};
 use oncely_core::{ClaimOutcome, KeyStore};
 use oncely_redis::RedisStore;
 use std::sync::Arc;
@@ -17,10 +19,20 @@ const CONNECTIONS: usize = 4;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_hundred_claims_four_connections_one_winner() {
     let Some(url) = redis_url() else { return };
+    race(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_hundred_claims_four_connections_one_winner_on_a_cluster() {
+    let Some(url) = cluster_url() else { return };
+    race(&url).await;
+}
+
+async fn race(url: &str) {
     let mut stores = Vec::new();
     for _ in 0..CONNECTIONS {
-        // Each store owns its own ConnectionManager, i.e. its own TCP connection.
-        stores.push(Arc::new(RedisStore::connect(&url).await.unwrap()));
+        // Each store owns its own connection (on a cluster: its own connection per node).
+        stores.push(Arc::new(RedisStore::connect(url).await.unwrap()));
     }
     for run in 0..RUNS {
         let id = fresh_id("race");

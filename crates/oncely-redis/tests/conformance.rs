@@ -4,15 +4,14 @@
 //! Each store gets its own namespace, so the year-2000 reaper scenario can only ever reap its
 //! own records, never another scenario's running at the same time on the shared server.
 
+mod common;
+
 use oncely_core::ManualClock;
 use oncely_redis::{ClockSource, RedisConfig, RedisStore};
 use std::sync::Arc;
 
 async fn make(clock: ManualClock) -> Option<RedisStore> {
-    let Ok(url) = std::env::var("ONCELY_TEST_REDIS_URL") else {
-        eprintln!("skipping: ONCELY_TEST_REDIS_URL is not set");
-        return None;
-    };
+    let url = common::redis_url()?;
     let config = RedisConfig::new().with_namespace(format!("oncely-test-{}", uuid::Uuid::new_v4()));
     let store = RedisStore::connect_with(&url, config)
         .await

@@ -640,7 +640,7 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
     }
     if store == StoreUrl::Memory {
         bail!(
-            "the gates restart servers, so they need a store that outlives a process: use a file path, postgres://… or redis://…"
+            "the gates restart servers, so they need a store that outlives a process: use a file path, postgres://…, redis://… or redis+cluster://…"
         );
     }
     let progress = if cfg.json {

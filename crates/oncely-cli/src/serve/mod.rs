@@ -42,7 +42,9 @@ pub enum StoreUrl {
     Sqlite(String),
     /// `postgres://…`
     Postgres(String),
-    /// `redis://…`
+    /// `redis://…`, `rediss://…`, or a Redis Cluster: `redis+cluster://host:port,host:port…`
+    /// (`rediss+cluster://` for TLS); see `oncely_redis::RedisStore::connect_with` for the
+    /// query options (`accept_volatile`, `wait_replicas`, `wait_timeout_ms`).
     Redis(String),
 }
 
@@ -53,13 +55,21 @@ impl FromStr for StoreUrl {
             Self::Memory
         } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
             Self::Postgres(s.to_owned())
-        } else if s.starts_with("redis://") || s.starts_with("rediss://") {
+        } else if [
+            "redis://",
+            "rediss://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ]
+        .iter()
+        .any(|p| s.starts_with(p))
+        {
             Self::Redis(s.to_owned())
         } else if let Some(path) = s.strip_prefix("sqlite://") {
             Self::Sqlite(path.to_owned())
         } else if s.contains("://") {
             bail!(
-                "unknown store {s:?}: expected memory, a file path, sqlite://PATH, postgres://… or redis://…"
+                "unknown store {s:?}: expected memory, a file path, sqlite://PATH, postgres://…, redis://… or redis+cluster://…"
             )
         } else {
             Self::Sqlite(s.to_owned())

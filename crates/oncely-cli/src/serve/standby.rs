@@ -99,6 +99,14 @@ pub(super) async fn open_redis(url: &str, db: Db) -> Result<Opened> {
     };
     match connect().await {
         Ok(store) => standby.set(store),
+        // A Redis that keeps nothing, or a bad URL, is a configuration error: waiting cannot
+        // fix it, so the server does not start.
+        Err(e)
+            if e.downcast_ref::<oncely_redis::ConnectError>()
+                .is_some_and(|c| !matches!(c, oncely_redis::ConnectError::Unavailable(_))) =>
+        {
+            return Err(e.context("open the Redis key store"));
+        }
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "the Redis key store does not answer; starting anyway");
             let standby = Arc::clone(&standby);

@@ -5,12 +5,33 @@ use oncely_core::conformance::{RETENTION, WINDOW, fp};
 use oncely_core::{ClaimRequest, IdempotencyKey, RecordKey, Scope, StoredResponse};
 use std::time::Duration;
 
-/// The shared test server's URL, or `None` after printing why the test is skipped.
+/// `url` with the query parameter `param` (`name=value`) added.
+pub fn with_param(url: &str, param: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{param}")
+}
+
+/// The shared test server's URL with `accept_volatile=true` (the CI's Redis on 6379 persists
+/// nothing, on purpose), or `None` after printing why the test is skipped.
 pub fn redis_url() -> Option<String> {
     match std::env::var("ONCELY_TEST_REDIS_URL") {
-        Ok(url) => Some(url),
+        Ok(url) => Some(with_param(&url, "accept_volatile=true")),
         Err(_) => {
             eprintln!("skipping: ONCELY_TEST_REDIS_URL is not set");
+            None
+        }
+    }
+}
+
+/// The test Redis Cluster's URL (`redis+cluster://…`, from `.ci/redis-cluster.sh`), or `None`
+/// after printing why the test is skipped.
+pub fn cluster_url() -> Option<String> {
+    match std::env::var("ONCELY_TEST_REDIS_CLUSTER_URL") {
+        Ok(url) => Some(url),
+        Err(_) => {
+            eprintln!(
+                "skipping: ONCELY_TEST_REDIS_CLUSTER_URL is not set (start one with .ci/redis-cluster.sh)"
+            );
             None
         }
     }
