@@ -70,9 +70,9 @@ impl PostgresStore {
     /// is [`ClaimOutcome::InFlight`] (and the caller's transaction is aborted: roll it back).
     ///
     /// For an existing record the claim reads it, [`decide`]s, and for a takeover or a claim
-    /// anew writes it with the same guarded `UPDATE` as [`KeyStore::claim`]
-    /// (oncely_core::KeyStore::claim), which takes the row lock until the caller's transaction
-    /// ends.
+    /// anew writes it with the same guarded `UPDATE` as
+    /// [`KeyStore::claim`](oncely_core::KeyStore::claim), which takes the row lock until the
+    /// caller's transaction ends.
     ///
     /// # Errors
     ///

@@ -31,7 +31,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Keys in `keys`, business writes in `pool` (see the [module docs](self)).
+/// Keys in `keys`, business writes in `pool`: what this gives up and keeps is in the
+/// [crate docs](crate) and on [`SqlStore::atomic`].
 pub struct Split<DB: Database> {
     keys: Arc<dyn KeyStore>,
     pool: Pool<DB>,

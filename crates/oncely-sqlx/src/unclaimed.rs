@@ -17,7 +17,7 @@ use sqlx::{Database, Pool, Transaction};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A "store" that claims everything and keeps nothing (see the [module docs](self)): the store
+/// A "store" that claims everything and keeps nothing (see the [`unclaimed`](crate::unclaimed) module): the store
 /// type of the [`Tx`](crate::Tx) that [`attach_unclaimed`] hands out, so a handler generic over
 /// its store takes `Tx<UnclaimedStore<DB>>` on such routes.
 pub struct UnclaimedStore<DB: Database>(Pool<DB>);

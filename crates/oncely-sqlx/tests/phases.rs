@@ -324,12 +324,16 @@ struct Answer {
     status: u16,
     replayed: bool,
     headers: HeaderMap,
+    /// The body's exact length as announced before it was read (what becomes
+    /// `Content-Length` on the wire), if known.
+    exact_len: Option<u64>,
     body: Vec<u8>,
 }
 
 async fn send(router: &Router, req: Request) -> Answer {
     let res = router.clone().oneshot(req).await.unwrap();
     let status = res.status().as_u16();
+    let exact_len = http_body::Body::size_hint(res.body()).exact();
     let headers = res.headers().clone();
     let replayed = headers.get("idempotent-replayed").is_some();
     let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
@@ -337,6 +341,7 @@ async fn send(router: &Router, req: Request) -> Answer {
         status,
         replayed,
         headers,
+        exact_len,
         body,
     }
 }
@@ -389,6 +394,9 @@ async fn single_phase_commits_and_replays<S: Db>() {
     assert!(retry.replayed);
     assert_eq!(retry.body, first.body);
     assert_eq!(retry.headers["x-row"], first.headers["x-row"]);
+    // The same framing on the wire: both announce their length (Content-Length, not chunked).
+    assert_eq!(first.exact_len, Some(first.body.len() as u64));
+    assert_eq!(retry.exact_len, first.exact_len);
     assert_eq!(h.app.executions.load(Ordering::SeqCst), 1);
     assert_eq!(h.app.store.rows(&k).await, 1);
     // A different request with the same key is a mismatch, never a replay (case S3).

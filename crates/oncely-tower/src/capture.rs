@@ -91,7 +91,7 @@ pub fn stored_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> 
 }
 
 /// Reads `response`'s body up to `limit` bytes and returns the response to send (every byte,
-/// trailer and error of the original, see [`Captured`]'s rules in the [module docs](self)) and
+/// trailer and error of the original, by the rules in the [module docs](self)) and
 /// the [`StoredResponse`] to store for it: the status and filtered headers of what is sent, and
 /// the body when it fit (else `body_retained: false`, never a partial body).
 ///

@@ -149,6 +149,17 @@ where
     )
 }
 
+/// Boxes a response body whose frames are already `Bytes`: unlike [`box_body`] this keeps the
+/// body's size hint, so a response of known length is still sent with `Content-Length`
+/// (the same framing as its replay), not chunked.
+fn box_bytes_body<B>(body: B) -> Body
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    Body::new(body.map_err(Into::into))
+}
+
 type BoxedCall<R, E> = std::pin::Pin<Box<dyn Future<Output = Result<R, E>> + Send + 'static>>;
 
 /// Calls the inner service and boxes its future as `Send`, proven here where every lifetime
@@ -364,7 +375,7 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let res = call_boxed(&mut inner, req.map(box_body)).await?;
-    Ok(res.map(box_body))
+    Ok(res.map(box_bytes_body))
 }
 
 /// Buffers the request body up to the policy's limit; the error is the response to send.
@@ -657,7 +668,7 @@ where
         }
     };
     let (parts, body) = res.into_parts();
-    let body = box_body(body);
+    let body = box_bytes_body(body);
     let status = parts.status;
     if let Some(progress) = &ctx.progress {
         heartbeat.stop().await;
