@@ -19,7 +19,7 @@ fn write_responses(created: &str, schema: &str, extra: &[(&str, &str)]) -> Value
             },
             "content": {"application/json": {"schema": {"$ref": schema}}}
         },
-        "400": problem("`idempotency_key_missing`, `idempotency_key_invalid` or `invalid_json`: nothing was executed."),
+        "400": problem("`idempotency_key_missing`, `idempotency_key_invalid`, `idempotency_body_not_canonicalizable` (a JSON body that is not I-JSON: a repeated member name, a lone surrogate, an inexact number) or `invalid_json`: nothing was executed."),
         "401": problem("`unauthenticated`: send `Authorization: Bearer <account>`."),
         "409": {
             "description": "`idempotency_request_in_flight` (retryable; see `Retry-After`) or `idempotency_response_not_retained`.",
