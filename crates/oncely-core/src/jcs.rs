@@ -229,6 +229,9 @@ const F_SIDE: u8 = 2;
 const F_CLEAN: u8 = 4;
 /// An object whose members are in canonical order in the source.
 const F_ORDERED: u8 = 8;
+/// A member name with a byte of `EE` or above (a character from U+E000 up), whose UTF-16 order
+/// may differ from its byte order.
+const F_HIGH: u8 = 16;
 
 /// One token of the tape. `a..b` is a byte range (in the body, or for [`F_SIDE`] in the side
 /// buffer); for containers `c` is the index of the token after the container and `d` the
@@ -534,11 +537,23 @@ impl<'a> Parser<'a> {
                 ..
             } = &mut *self.s;
             let ms = &members[f.members as usize..];
-            let key = |i: u32| key_bytes(&tape[i as usize], self.src, keybuf);
+            let cmp = |x: u32, y: u32| {
+                let (tx, ty) = (&tape[x as usize], &tape[y as usize]);
+                let (kx, ky) = (
+                    key_bytes(tx, self.src, keybuf),
+                    key_bytes(ty, self.src, keybuf),
+                );
+                if tx.flags & ty.flags & F_HIGH != 0 {
+                    utf16_cmp(kx, ky)
+                } else {
+                    // Byte order is UTF-16 order unless both names have a byte from EE up.
+                    kx.cmp(ky)
+                }
+            };
             let mut ordered = true;
             let mut duplicate = false;
             for w in ms.windows(2) {
-                match utf16_cmp(key(w[0]), key(w[1])) {
+                match cmp(w[0], w[1]) {
                     Ordering::Less => {}
                     Ordering::Equal => duplicate = true,
                     Ordering::Greater => ordered = false,
@@ -552,10 +567,10 @@ impl<'a> Parser<'a> {
                 order.push(ms.len() as u32);
                 order.extend_from_slice(ms);
                 let sorted = &mut order[order_at as usize + 1..];
-                sorted.sort_unstable_by(|&x, &y| utf16_cmp(key(x), key(y)));
+                sorted.sort_unstable_by(|&x, &y| cmp(x, y));
                 duplicate |= sorted
                     .windows(2)
-                    .any(|w| utf16_cmp(key(w[0]), key(w[1])) == Ordering::Equal);
+                    .any(|w| cmp(w[0], w[1]) == Ordering::Equal);
             }
             members.truncate(f.members as usize);
             if duplicate {
@@ -652,12 +667,22 @@ impl<'a> Parser<'a> {
             self.dirty();
         }
         if key {
-            if escaped {
-                let side_end = self.s.keybuf.len();
-                self.push(K_KEY, F_SIDE, side_start, side_end);
+            let (flags, a, b) = if escaped {
+                (F_SIDE, side_start, self.s.keybuf.len())
             } else {
-                self.push(K_KEY, 0, start + 1, self.pos - 1);
-            }
+                (0, start + 1, self.pos - 1)
+            };
+            let text = if escaped {
+                &self.s.keybuf[a..b]
+            } else {
+                &src[a..b]
+            };
+            let high = if text.iter().any(|&b| b >= 0xee) {
+                F_HIGH
+            } else {
+                0
+            };
+            self.push(K_KEY, flags | high, a, b);
         } else {
             self.push(K_STR, if rewrite { F_REWRITE } else { 0 }, start, self.pos);
         }
