@@ -159,7 +159,7 @@ pub fn render(policy: &Policy) -> String {
         ),
         _ => String::new(),
     };
-    let rows: [(ErrorCode, String); 6] = [
+    let rows: [(ErrorCode, String); 7] = [
         (ErrorCode::KeyMissing, "the write needs a key: add one".into()),
         (ErrorCode::KeyInvalid, "empty, too long, not visible ASCII, badly quoted or repeated: fix the key".into()),
         (
@@ -173,6 +173,10 @@ pub fn render(policy: &Policy) -> String {
         (
             ErrorCode::KeyMismatch,
             "the key was used for a different request (method, path, query, media type or body; JSON bodies are compared canonically, so key order and whitespace do not matter): a client bug; never retry, use a new key for a new operation".into(),
+        ),
+        (
+            ErrorCode::BodyNotCanonicalizable,
+            "the JSON body is not I-JSON (RFC 7493): a member name repeated in one object, a lone surrogate escape (`\\ud800`), or a number a double cannot carry exactly (more than 15 significant digits, or an exponent beyond +-300); it has no canonical form, so it cannot be matched with an earlier request: nothing ran; remove the repeated name (or send the number as a string) and retry with the same key".into(),
         ),
         (
             ErrorCode::StoreUnavailable,

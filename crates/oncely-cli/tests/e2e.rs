@@ -62,6 +62,56 @@ async fn metric(url: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
 }
 
+/// A payment body that repeats `amount`, sent with the key of a payment that had one of its
+/// values, gets `400 idempotency_body_not_canonicalizable` (before any claim), never the stored
+/// payment: a first-wins reader would charge 1, a last-wins reader 5000 (issue 12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_duplicate_member_names_and_never_replays_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("dup.sqlite3");
+    let s = start(&["serve", "--store", db.to_str().unwrap()]);
+    let pay = r#"{"amount": 5000, "currency": "EUR", "source": "tok_visa"}"#;
+    let first = post(&s.url, "/v1/payments", "acct_1", Some("pay-dup"), pay).await;
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    for body in [
+        r#"{"amount": 1, "amount": 5000, "currency": "EUR", "source": "tok_visa"}"#,
+        r#"{"amount": 5000, "currency": "EUR", "source": "tok_visa", "amount": 1}"#,
+    ] {
+        let dup = post(&s.url, "/v1/payments", "acct_1", Some("pay-dup"), body).await;
+        assert_eq!(dup.status, 400, "{}", String::from_utf8_lossy(&dup.body));
+        assert_eq!(dup.headers["content-type"], "application/problem+json");
+        assert_eq!(dup.json()["code"], "idempotency_body_not_canonicalizable");
+        assert_eq!(dup.json()["retryable"], false);
+        assert!(dup.headers.get("idempotent-replayed").is_none());
+        assert_ne!(dup.body, first.body);
+    }
+    // A new key with the duplicate is refused too: nothing is charged.
+    let fresh = post(
+        &s.url,
+        "/v1/payments",
+        "acct_1",
+        Some("pay-dup-2"),
+        r#"{"amount": 1, "amount": 1, "currency": "EUR", "source": "tok_visa"}"#,
+    )
+    .await;
+    assert_eq!(fresh.json()["code"], "idempotency_body_not_canonicalizable");
+    assert_eq!(
+        metric(&s.url, "oncely_body_not_canonicalizable_total").await,
+        3
+    );
+    assert_eq!(metric(&s.url, "oncely_claims_total").await, 1);
+    assert_eq!(metric(&s.url, "oncely_replays_total").await, 0);
+    // The original body still replays the original payment.
+    let retry = post(&s.url, "/v1/payments", "acct_1", Some("pay-dup"), pay).await;
+    assert_eq!(retry.headers["idempotent-replayed"], "true");
+    assert_eq!(retry.body, first.body);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_readme_tour_holds() {
     let dir = tempfile::tempdir().unwrap();

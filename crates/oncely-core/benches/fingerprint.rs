@@ -5,11 +5,16 @@
 //! - `sha256`: `Sha256::digest(body)`, the floor;
 //! - `fingerprint_raw`: [`fingerprint_v1`] of an `application/octet-stream` body (framing and
 //!   hashing only);
-//! - `fingerprint_json`: [`fingerprint_v1`] of an `application/json` body (parse, RFC 8785
-//!   canonicalization, then hashing);
-//! - `canonical_json`: [`canonical_json`] alone, to split the JSON cost;
-//! - `serde_json_parse`: `serde_json::from_slice::<Value>` alone (the parse into a tree that
-//!   the canonicalization starts with).
+//! - `fingerprint_json`: [`fingerprint_v1`] of an `application/json` body (the streaming RFC
+//!   8785 canonicalizer of `oncely_core::jcs` writing into the hash);
+//! - `fingerprint_json_canonical`: the same of a body that is already canonical (the same
+//!   order, re-serialized in RFC 8785 form: the fast path);
+//! - `fingerprint_json_tree`: the version 1 fingerprint as it was computed before `jcs` (a
+//!   `serde_json::Value` tree serialized by `serde_json_canonicalizer`, then hashed), measured
+//!   in the same run for the before/after ratio;
+//! - `canonical_json`: [`canonical_json`] alone (into a `Vec`), to split the JSON cost;
+//! - `serde_json_parse`: `serde_json::from_slice::<Value>` alone (what any tree-based design
+//!   pays before canonicalizing).
 //!
 //! Run: `cargo bench -p oncely-core --bench fingerprint`. Short measurement times keep the whole
 //! run to about a minute on two cores.
@@ -55,6 +60,25 @@ fn raw_body(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
 
+/// Version 1 before `jcs`: parse into a tree, serialize it canonically, hash it framed.
+fn tree_fingerprint(body: &[u8]) -> [u8; 32] {
+    let value: serde_json::Value = serde_json::from_slice(body).unwrap();
+    let canonical = serde_json_canonicalizer::to_vec(&value).unwrap();
+    let mut h = Sha256::new();
+    for part in [
+        &b"oncely-fingerprint"[..],
+        b"POST",
+        b"/v1/orders",
+        b"application/json",
+    ] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
+    }
+    h.update((canonical.len() as u64).to_be_bytes());
+    h.update(&canonical);
+    h.finalize().into()
+}
+
 fn parts<'a>(content_type: &'a [u8], body: &'a [u8]) -> RequestParts<'a> {
     RequestParts {
         method: "POST",
@@ -72,6 +96,8 @@ fn benches(c: &mut Criterion) {
         ("fingerprint_raw", false),
         ("sha256_json", true),
         ("fingerprint_json", true),
+        ("fingerprint_json_canonical", true),
+        ("fingerprint_json_tree", true),
         ("canonical_json", true),
         ("serde_json_parse", true),
     ] {
@@ -81,7 +107,9 @@ fn benches(c: &mut Criterion) {
             .warm_up_time(Duration::from_secs(1))
             .sample_size(20);
         for (label, size) in SIZES {
-            let body = if json {
+            let body = if group_name == "fingerprint_json_canonical" {
+                canonical_json(&json_body(size)).unwrap()
+            } else if json {
                 json_body(size)
             } else {
                 raw_body(size)
@@ -98,6 +126,10 @@ fn benches(c: &mut Criterion) {
                     "fingerprint_json" => {
                         b.iter(|| fingerprint_v1(&parts(b"application/json", black_box(body))));
                     }
+                    "fingerprint_json_canonical" => {
+                        b.iter(|| fingerprint_v1(&parts(b"application/json", black_box(body))));
+                    }
+                    "fingerprint_json_tree" => b.iter(|| tree_fingerprint(black_box(body))),
                     "canonical_json" => b.iter(|| canonical_json(black_box(body))),
                     _ => b.iter(|| {
                         serde_json::from_slice::<serde_json::Value>(black_box(body)).unwrap()

@@ -14,11 +14,19 @@
 //!
 //! JSON bodies (`application/json` and any `+json` type) are canonicalized by RFC 8785 (JSON
 //! Canonicalization Scheme) first, so key order and whitespace do not cause false mismatches,
-//! while array order stays significant. RFC 8785 represents numbers as IEEE 754 doubles; to
-//! never let two different numbers collapse into one fingerprint, a body with a number that a
-//! double may not hold exactly (more than 15 significant digits, or an exponent beyond +-300) is
-//! fingerprinted as raw bytes instead. A body that is not valid JSON is also taken as raw bytes.
-//! Other media types are always raw bytes.
+//! while array order stays significant (the canonicalizer is [`crate::jcs`]: it streams the
+//! canonical bytes into the hash without building a tree). A body that is not valid JSON, or
+//! that nests deeper than [`crate::jcs::MAX_DEPTH`] levels, is taken as raw bytes. Other media
+//! types are always raw bytes.
+//!
+//! A JSON body that is not I-JSON (RFC 7493) has no fingerprint: two members with the same name,
+//! a lone surrogate escape, or a number a double may not carry exactly (more than 15 significant
+//! digits, an exponent beyond +-300, a value beyond the range of normal doubles; see
+//! [`crate::jcs`]). RFC 8785 is defined over I-JSON only, and such a body may be read as two
+//! different requests by two parsers (`{"amount":1,"amount":5000}` is 1 for one and 5000 for
+//! another). [`Fingerprinter::try_fingerprint`] refuses it with
+//! [`FingerprintError::NotIJson`], which the layer answers with `400
+//! idempotency_body_not_canonicalizable` before any claim.
 //!
 //! Credentials are never part of the fingerprint: the scope carries identity, and a rotated API
 //! key must not turn a retry into a mismatch.
@@ -26,6 +34,7 @@
 //! The version is stored with every record; a record is only ever compared with a fingerprint
 //! of the same version (see [`Fingerprint::version`]).
 
+use crate::jcs::{self, JcsError};
 use sha2::{Digest, Sha256};
 use std::fmt;
 
@@ -108,11 +117,34 @@ pub struct RequestParts<'a> {
     pub extra_headers: &'a [(&'a str, Vec<&'a [u8]>)],
 }
 
+/// Why a request has no fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FingerprintError {
+    /// The body is JSON (by its media type and its syntax) but not I-JSON (RFC 7493), so it has
+    /// no RFC 8785 canonical form: see [`crate::jcs`] for what is refused.
+    #[error("the JSON body is not I-JSON (RFC 7493) and has no RFC 8785 canonical form: {0}")]
+    NotIJson(JcsError),
+}
+
 /// Computes fingerprints. The default is [`DefaultFingerprinter`]; a custom one must be
 /// deterministic and must use the same function at claim and at every later comparison.
 pub trait Fingerprinter: Send + Sync + 'static {
-    /// The fingerprint of one request.
+    /// The fingerprint of one request, for callers that know the request has one (a body that
+    /// [`try_fingerprint`](Self::try_fingerprint) refuses gets some deterministic fingerprint
+    /// here; for [`DefaultFingerprinter`], that of its raw bytes).
     fn fingerprint(&self, parts: &RequestParts<'_>) -> Fingerprint;
+
+    /// The fingerprint of one request, or why it has none. The layer calls this one, and
+    /// answers an error with `400 idempotency_body_not_canonicalizable` before any claim.
+    /// Defaults to [`fingerprint`](Self::fingerprint), which never fails.
+    ///
+    /// # Errors
+    ///
+    /// [`FingerprintError`] when the request has no fingerprint.
+    fn try_fingerprint(&self, parts: &RequestParts<'_>) -> Result<Fingerprint, FingerprintError> {
+        Ok(self.fingerprint(parts))
+    }
 }
 
 /// Fingerprint algorithm version 1 (see the module docs).
@@ -122,6 +154,10 @@ pub struct DefaultFingerprinter;
 impl Fingerprinter for DefaultFingerprinter {
     fn fingerprint(&self, parts: &RequestParts<'_>) -> Fingerprint {
         fingerprint_v1(parts)
+    }
+
+    fn try_fingerprint(&self, parts: &RequestParts<'_>) -> Result<Fingerprint, FingerprintError> {
+        try_fingerprint_v1(parts)
     }
 }
 
@@ -137,8 +173,23 @@ fn frame(h: &mut Sha256, bytes: &[u8]) {
     h.update(bytes);
 }
 
-/// Version 1 of the fingerprint (see the module docs).
+/// Version 1 of the fingerprint (see the module docs), for a request known to have one: a JSON
+/// body that is not I-JSON is taken as raw bytes here (which never merges two different
+/// bodies); [`try_fingerprint_v1`] refuses it instead.
 pub fn fingerprint_v1(parts: &RequestParts<'_>) -> Fingerprint {
+    v1(parts, false).unwrap_or_else(|_| unreachable!("only refusals fail"))
+}
+
+/// Version 1 of the fingerprint (see the module docs).
+///
+/// # Errors
+///
+/// [`FingerprintError::NotIJson`] for a JSON body that is not I-JSON.
+pub fn try_fingerprint_v1(parts: &RequestParts<'_>) -> Result<Fingerprint, FingerprintError> {
+    v1(parts, true)
+}
+
+fn v1(parts: &RequestParts<'_>, refuse: bool) -> Result<Fingerprint, FingerprintError> {
     let mut h = Sha256::new();
     frame(&mut h, b"oncely-fingerprint");
     h.update(FINGERPRINT_VERSION.to_be_bytes());
@@ -156,20 +207,22 @@ pub fn fingerprint_v1(parts: &RequestParts<'_>) -> Fingerprint {
         .map(media_type_essence)
         .unwrap_or_default();
     frame(&mut h, essence.as_bytes());
-    let canonical = if is_json_media_type(&essence) {
-        canonical_json(parts.body)
-    } else {
-        None
-    };
-    match &canonical {
-        Some(c) => {
-            frame(&mut h, &[BodyEncoding::Jcs as u8]);
-            frame(&mut h, c);
+    let mut canonical = false;
+    if is_json_media_type(&essence) {
+        let mut hj = h.clone();
+        frame(&mut hj, &[BodyEncoding::Jcs as u8]);
+        match jcs::hash_framed(parts.body, &mut hj) {
+            Ok(()) => {
+                h = hj;
+                canonical = true;
+            }
+            Err(e) if refuse && e.kind().is_json() => return Err(FingerprintError::NotIJson(e)),
+            Err(_) => {}
         }
-        None => {
-            frame(&mut h, &[BodyEncoding::Raw as u8]);
-            frame(&mut h, parts.body);
-        }
+    }
+    if !canonical {
+        frame(&mut h, &[BodyEncoding::Raw as u8]);
+        frame(&mut h, parts.body);
     }
     h.update((parts.extra_headers.len() as u64).to_be_bytes());
     for (name, values) in parts.extra_headers {
@@ -179,10 +232,10 @@ pub fn fingerprint_v1(parts: &RequestParts<'_>) -> Fingerprint {
             frame(&mut h, v);
         }
     }
-    Fingerprint {
+    Ok(Fingerprint {
         version: FINGERPRINT_VERSION,
         digest: h.finalize().into(),
-    }
+    })
 }
 
 /// The lower-cased `type/subtype` of a `Content-Type` value, parameters dropped.
@@ -201,80 +254,14 @@ pub fn is_json_media_type(essence: &str) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The RFC 8785 canonical form of a JSON body, or `None` when the body is not JSON or holds a
-/// number that an IEEE 754 double may not represent exactly (see the module docs).
-pub fn canonical_json(body: &[u8]) -> Option<Vec<u8>> {
-    if !numbers_fit_doubles(body) {
-        return None;
-    }
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    serde_json_canonicalizer::to_vec(&value).ok()
-}
-
-/// Scans number tokens outside strings: every one must have at most 15 significant digits and
-/// an exponent within +-300, so that a double holds it exactly enough that distinct numbers stay
-/// distinct after RFC 8785 serialization. Conservative: it may refuse numbers that would fit.
-fn numbers_fit_doubles(body: &[u8]) -> bool {
-    let mut i = 0;
-    let mut in_string = false;
-    while i < body.len() {
-        let b = body[i];
-        if in_string {
-            match b {
-                b'\\' => i += 1,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            i += 1;
-            continue;
-        }
-        match b {
-            b'"' => {
-                in_string = true;
-                i += 1;
-            }
-            b'-' | b'0'..=b'9' => {
-                let start = i;
-                while i < body.len()
-                    && matches!(body[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                {
-                    i += 1;
-                }
-                if !number_fits_double(&body[start..i]) {
-                    return false;
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    true
-}
-
-fn number_fits_double(tok: &[u8]) -> bool {
-    let (mantissa, exponent) = match tok.iter().position(|&b| b == b'e' || b == b'E') {
-        Some(p) => (&tok[..p], Some(&tok[p + 1..])),
-        None => (tok, None),
-    };
-    let significant = mantissa
-        .iter()
-        .filter(|b| b.is_ascii_digit())
-        .skip_while(|&&b| b == b'0')
-        .count();
-    // Trailing zeros of an integer part still count: conservative on purpose.
-    if significant > 15 {
-        return false;
-    }
-    match exponent {
-        None => true,
-        Some(e) => {
-            let digits: Vec<u8> = e.iter().copied().filter(u8::is_ascii_digit).collect();
-            digits.len() <= 3
-                && std::str::from_utf8(&digits)
-                    .ok()
-                    .and_then(|s| s.parse::<u32>().ok())
-                    .is_some_and(|n| n <= 300)
-        }
-    }
+/// The RFC 8785 canonical form of a JSON body (what version 1 hashes for a JSON media type).
+///
+/// # Errors
+///
+/// As [`jcs::canonicalize`]: the body is not JSON (the fingerprint then takes it as raw bytes)
+/// or not I-JSON (refused).
+pub fn canonical_json(body: &[u8]) -> Result<Vec<u8>, JcsError> {
+    jcs::canonicalize(body)
 }
 
 #[cfg(test)]
@@ -353,6 +340,90 @@ mod tests {
         };
         assert_ne!(q(None, "/a"), q(Some(""), "/a"));
         assert_ne!(q(Some("b"), "/a"), q(Some(""), "/ab"));
+    }
+
+    fn try_fp(ct: Option<&str>, body: &[u8]) -> Result<Fingerprint, FingerprintError> {
+        DefaultFingerprinter.try_fingerprint(&RequestParts {
+            method: "POST",
+            path: "/v1/payments",
+            query: None,
+            content_type: ct.map(str::as_bytes),
+            body,
+            extra_headers: &[],
+        })
+    }
+
+    /// Version 1 as it was before the streaming canonicalizer: the body through a
+    /// `serde_json::Value` and `serde_json_canonicalizer`, framed the same way.
+    fn fp_before(body: &[u8]) -> Fingerprint {
+        let value: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let canonical = serde_json_canonicalizer::to_vec(&value).unwrap();
+        let mut h = Sha256::new();
+        frame(&mut h, b"oncely-fingerprint");
+        h.update(FINGERPRINT_VERSION.to_be_bytes());
+        frame(&mut h, b"POST");
+        frame(&mut h, b"/v1/payments");
+        h.update([0]);
+        frame(&mut h, b"application/json");
+        frame(&mut h, &[BodyEncoding::Jcs as u8]);
+        frame(&mut h, &canonical);
+        h.update(0u64.to_be_bytes());
+        Fingerprint::from_parts(FINGERPRINT_VERSION, h.finalize().into())
+    }
+
+    #[test]
+    fn json_fingerprints_are_those_of_version_1_before() {
+        for body in [
+            &br#"{"b": [1, 2.50, "x\u0041"], "a": {"d": null, "c": true}}"#[..],
+            br#"{"amount":5000,"currency":"eur"}"#,
+            b"[]",
+            br#""\ud83d\ude00""#,
+        ] {
+            assert_eq!(try_fp(JSON, body).unwrap(), fp_before(body));
+            assert_eq!(fp("POST", "/v1/payments", JSON, body), fp_before(body));
+        }
+    }
+
+    /// Case: a retry whose body repeats a member name must never be matched with the first
+    /// request that had one of its values (`{"amount":5000}` and `{"amount":1,"amount":5000}`
+    /// used to share a fingerprint: the tree kept the last value).
+    #[test]
+    fn not_i_json_has_no_fingerprint() {
+        let refused = |body: &[u8]| match try_fp(JSON, body) {
+            Err(FingerprintError::NotIJson(e)) => e.kind(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            refused(br#"{"amount":1,"amount":5000}"#),
+            jcs::JcsErrorKind::DuplicateName
+        );
+        assert_eq!(
+            refused(br#"{"s":"\ud800"}"#),
+            jcs::JcsErrorKind::LoneSurrogate
+        );
+        assert_eq!(
+            refused(br#"{"n":9007199254740993}"#),
+            jcs::JcsErrorKind::InexactNumber
+        );
+        // Any +json type is JSON; other media types are raw bytes and never refused.
+        assert!(try_fp(Some("application/merge-patch+json"), br#"{"a":1,"a":2}"#).is_err());
+        assert!(try_fp(Some("text/plain"), br#"{"a":1,"a":2}"#).is_ok());
+        // Not JSON at all: raw bytes, as before.
+        assert_eq!(
+            try_fp(JSON, b"{not json").unwrap(),
+            fp("POST", "/v1/payments", JSON, b"{not json")
+        );
+        // The infallible form takes a refused body as raw bytes: still never the fingerprint of
+        // the body with the duplicate removed.
+        assert_ne!(
+            fp(
+                "POST",
+                "/v1/payments",
+                JSON,
+                br#"{"amount":1,"amount":5000}"#
+            ),
+            fp("POST", "/v1/payments", JSON, br#"{"amount":5000}"#)
+        );
     }
 
     #[test]
@@ -440,6 +511,12 @@ mod tests {
                 fp("POST", "/p", JSON, &serde_json::to_vec(&a).unwrap()),
                 fp("POST", "/p", JSON, &serde_json::to_vec(&b).unwrap())
             );
+        }
+
+        #[test]
+        fn same_fingerprint_as_before(v in json_value()) {
+            let body = reordered(&v);
+            prop_assert_eq!(try_fp(JSON, body.as_bytes()).unwrap(), fp_before(body.as_bytes()));
         }
 
         #[test]

@@ -53,6 +53,7 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod fingerprint;
+pub mod jcs;
 #[cfg(feature = "jobs")]
 pub mod jobs;
 pub mod key;

@@ -42,6 +42,12 @@ pub enum ErrorCode {
     ScopeMissing,
     /// The request body is larger than the limit the layer buffers for fingerprinting.
     RequestTooLarge,
+    /// The request body is JSON but not I-JSON (RFC 7493: a member name repeated in one object,
+    /// a lone surrogate escape, or a number a double may not carry exactly), so it has no
+    /// RFC 8785 canonical form and no fingerprint: refused before any claim, nothing ran. Not
+    /// retryable unchanged: send the body without the repeated name (or the number as a
+    /// string).
+    BodyNotCanonicalizable,
 }
 
 impl ErrorCode {
@@ -56,6 +62,7 @@ impl ErrorCode {
             Self::ResponseNotRetained => "idempotency_response_not_retained",
             Self::ScopeMissing => "idempotency_scope_missing",
             Self::RequestTooLarge => "idempotency_request_too_large",
+            Self::BodyNotCanonicalizable => "idempotency_body_not_canonicalizable",
         }
     }
 
@@ -75,6 +82,7 @@ impl ErrorCode {
             Self::ResponseNotRetained => "Original response not retained",
             Self::ScopeMissing => "Caller not authenticated",
             Self::RequestTooLarge => "Request body too large",
+            Self::BodyNotCanonicalizable => "JSON body not I-JSON",
         }
     }
 }
@@ -97,6 +105,7 @@ impl fmt::Display for ErrorCode {
 /// | `idempotency_response_not_retained` | 409 | 409 | 409 |
 /// | `idempotency_scope_missing` | 401 | 401 | 401 |
 /// | `idempotency_request_too_large` | 413 | 413 | 413 |
+/// | `idempotency_body_not_canonicalizable` | 400 | 400 | 400 |
 ///
 /// Sources: `ietf` follows draft-ietf-httpapi-idempotency-key-header section 2.7 (400 missing,
 /// 422 reuse with another payload, 409 concurrent). `stripe` follows Stripe's documented
@@ -122,7 +131,9 @@ impl StatusProfile {
     /// The HTTP status for a code under this profile.
     pub const fn status(self, code: ErrorCode) -> u16 {
         match code {
-            ErrorCode::KeyMissing | ErrorCode::KeyInvalid => 400,
+            ErrorCode::KeyMissing | ErrorCode::KeyInvalid | ErrorCode::BodyNotCanonicalizable => {
+                400
+            }
             ErrorCode::KeyMismatch => match self {
                 Self::Ietf => 422,
                 Self::Stripe => 400,
@@ -219,6 +230,12 @@ mod tests {
         assert_eq!(StatusProfile::Ietf.status(ErrorCode::KeyMismatch), 422);
         assert_eq!(StatusProfile::Stripe.status(ErrorCode::KeyMismatch), 400);
         assert_eq!(StatusProfile::Resend.status(ErrorCode::KeyMismatch), 409);
+        for p in StatusProfile::ALL {
+            let refused = Problem::new(ErrorCode::BodyNotCanonicalizable, p, "");
+            assert_eq!(refused.status, 400);
+            assert_eq!(refused.code, "idempotency_body_not_canonicalizable");
+            assert!(!refused.retryable);
+        }
     }
 
     #[test]

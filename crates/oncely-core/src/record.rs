@@ -36,6 +36,7 @@ pub struct StoredResponse {
     /// The HTTP status code, e.g. `201`.
     pub status: u16,
     /// Header `(lower-case name, value bytes)` pairs, in the order they were sent.
+    #[serde(with = "compact::headers")]
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body bytes; when [`StoredResponse::body_retained`] is `false`, empty.
     pub body: Vec<u8>,
@@ -46,18 +47,130 @@ pub struct StoredResponse {
 }
 
 impl StoredResponse {
-    /// Encodes the headers for a store column (JSON; value bytes kept exactly).
+    /// Encodes the headers for a store column: a JSON array of `[name, value]` pairs, the value
+    /// a JSON string when it is UTF-8 (almost always), else an array of its byte values; value
+    /// bytes are kept exactly either way. Example:
+    /// `[["content-type","application/json"],["x-raw",[255,0]]]`.
     pub fn encode_headers(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.headers).unwrap_or_default()
+        serde_json::to_vec(&compact::Headers(&self.headers)).unwrap_or_default()
     }
 
-    /// Decodes headers written by [`StoredResponse::encode_headers`].
+    /// Decodes headers written by [`StoredResponse::encode_headers`], and by its earlier form
+    /// (every value an array of byte values), which records in existing stores still hold.
     ///
     /// # Errors
     ///
     /// The bytes are not an encoded header list (a corrupt record).
     pub fn decode_headers(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        let pairs: Vec<(String, compact::Value)> = serde_json::from_slice(bytes)?;
+        Ok(pairs.into_iter().map(|(n, v)| (n, v.0)).collect())
+    }
+}
+
+/// The compact serde forms of byte strings in stored records: a JSON string when the bytes are
+/// UTF-8, else an array of byte values. Both forms are read back, so records written before
+/// (arrays only) still decode.
+mod compact {
+    use serde::de::{self, Deserializer, SeqAccess, Visitor};
+    use serde::ser::{SerializeSeq, Serializer};
+    use serde::{Deserialize, Serialize};
+    use std::fmt;
+
+    /// Bytes, serialized as text when they are UTF-8.
+    pub(super) struct Bytes<'a>(pub(super) &'a [u8]);
+
+    impl Serialize for Bytes<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match std::str::from_utf8(self.0) {
+                Ok(text) => s.serialize_str(text),
+                Err(_) => {
+                    let mut seq = s.serialize_seq(Some(self.0.len()))?;
+                    for b in self.0 {
+                        seq.serialize_element(b)?;
+                    }
+                    seq.end()
+                }
+            }
+        }
+    }
+
+    /// Bytes read from either form.
+    pub(super) struct Value(pub(super) Vec<u8>);
+
+    impl<'de> Deserialize<'de> for Value {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Value;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a string or an array of byte values")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+                    Ok(Value(v.as_bytes().to_vec()))
+                }
+                fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+                    Ok(Value(v.into_bytes()))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+                    let mut out = Vec::with_capacity(a.size_hint().unwrap_or(0));
+                    while let Some(b) = a.next_element::<u8>()? {
+                        out.push(b);
+                    }
+                    Ok(Value(out))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// Header pairs with compact values.
+    pub(super) struct Headers<'a>(pub(super) &'a [(String, Vec<u8>)]);
+
+    impl Serialize for Headers<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            for (name, value) in self.0 {
+                seq.serialize_element(&(name, Bytes(value)))?;
+            }
+            seq.end()
+        }
+    }
+
+    /// `#[serde(with = "compact::bytes")]`.
+    pub(super) mod bytes {
+        use super::*;
+
+        pub(in super::super) fn serialize<S: Serializer>(
+            v: &[u8],
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            Bytes(v).serialize(s)
+        }
+
+        pub(in super::super) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Vec<u8>, D::Error> {
+            Ok(Value::deserialize(d)?.0)
+        }
+    }
+
+    /// `#[serde(with = "compact::headers")]`.
+    pub(super) mod headers {
+        use super::*;
+
+        pub(in super::super) fn serialize<S: Serializer>(
+            v: &[(String, Vec<u8>)],
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            Headers(v).serialize(s)
+        }
+
+        pub(in super::super) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
+            let pairs: Vec<(String, Value)> = Vec::deserialize(d)?;
+            Ok(pairs.into_iter().map(|(n, v)| (n, v.0)).collect())
+        }
     }
 }
 
@@ -71,18 +184,23 @@ pub struct StoredRequest {
     pub uri: String,
     /// Header `(lower-case name, value bytes)` pairs needed to re-drive it (never credentials:
     /// the completer re-authenticates as the scope).
+    #[serde(with = "compact::headers")]
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body bytes.
+    #[serde(with = "compact::bytes")]
     pub body: Vec<u8>,
 }
 
 impl StoredRequest {
-    /// Encodes the request for a store column (JSON).
+    /// Encodes the request for a store column: a JSON object with `method`, `uri`, `headers`
+    /// (as [`StoredResponse::encode_headers`] writes them) and `body`, a JSON string when the
+    /// body is UTF-8, else an array of its byte values.
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    /// Decodes a request written by [`StoredRequest::encode`].
+    /// Decodes a request written by [`StoredRequest::encode`], or by its earlier form (header
+    /// values and the body as arrays of byte values), which existing stores still hold.
     ///
     /// # Errors
     ///
@@ -152,5 +270,73 @@ impl Record {
             RecordState::InFlight { recovery_point, .. } => recovery_point.as_deref(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response() -> StoredResponse {
+        StoredResponse {
+            status: 201,
+            headers: vec![
+                ("content-type".into(), b"application/json".to_vec()),
+                ("location".into(), b"/v1/orders/ord_0195".to_vec()),
+                ("x-quote".into(), br#"a "b" \ c"#.to_vec()),
+                ("x-raw".into(), vec![0xff, 0x00, b'a']),
+            ],
+            body: b"{}".to_vec(),
+            body_retained: true,
+        }
+    }
+
+    #[test]
+    fn headers_are_text_when_utf8_and_round_trip_exactly() {
+        let r = response();
+        let enc = r.encode_headers();
+        assert_eq!(
+            String::from_utf8(enc.clone()).unwrap(),
+            r#"[["content-type","application/json"],["location","/v1/orders/ord_0195"],["x-quote","a \"b\" \\ c"],["x-raw",[255,0,97]]]"#
+        );
+        assert_eq!(StoredResponse::decode_headers(&enc).unwrap(), r.headers);
+        // The earlier form, as existing records hold it.
+        let old = serde_json::to_vec(&r.headers).unwrap();
+        assert!(old.starts_with(br#"[["content-type",[97,112,112"#));
+        assert_eq!(StoredResponse::decode_headers(&old).unwrap(), r.headers);
+        assert!(StoredResponse::decode_headers(b"[[\"a\",1]]").is_err());
+        assert!(StoredResponse::decode_headers(b"{").is_err());
+    }
+
+    #[test]
+    fn requests_are_compact_and_old_records_still_decode() {
+        let req = StoredRequest {
+            method: "POST".into(),
+            uri: "/v1/orders?x=1".into(),
+            headers: vec![("content-type".into(), b"application/json".to_vec())],
+            body: br#"{"items":[{"sku":"bench-sku","quantity":2}]}"#.to_vec(),
+        };
+        let enc = req.encode();
+        assert_eq!(
+            String::from_utf8(enc.clone()).unwrap(),
+            r#"{"method":"POST","uri":"/v1/orders?x=1","headers":[["content-type","application/json"]],"body":"{\"items\":[{\"sku\":\"bench-sku\",\"quantity\":2}]}"}"#
+        );
+        assert_eq!(StoredRequest::decode(&enc).unwrap(), req);
+        // The form written before: every byte string an array of decimal byte values.
+        let old = format!(
+            r#"{{"method":"POST","uri":"/v1/orders?x=1","headers":[["content-type",{:?}]],"body":{:?}}}"#,
+            b"application/json".to_vec(),
+            req.body
+        )
+        .replace(' ', "");
+        assert_eq!((old.len(), enc.len()), (297, 150));
+        assert_eq!(StoredRequest::decode(old.as_bytes()).unwrap(), req);
+        // A body that is not UTF-8 keeps its bytes.
+        let bin = StoredRequest {
+            body: vec![0xc3, 0x28],
+            ..req
+        };
+        assert!(bin.encode().ends_with(br#""body":[195,40]}"#));
+        assert_eq!(StoredRequest::decode(&bin.encode()).unwrap(), bin);
     }
 }

@@ -94,6 +94,9 @@ counters! {
     key_missing => "Requests answered idempotency_key_missing.",
     /// Requests answered `idempotency_key_invalid`.
     key_invalid => "Requests answered idempotency_key_invalid.",
+    /// Requests answered `idempotency_body_not_canonicalizable` (a JSON body that is not
+    /// I-JSON, refused before any claim).
+    body_not_canonicalizable => "Requests answered idempotency_body_not_canonicalizable.",
 }
 
 #[cfg(test)]
@@ -113,6 +116,6 @@ mod tests {
         let text = m.render_prometheus();
         assert!(text.contains("# TYPE oncely_claims_total counter\noncely_claims_total 2\n"));
         assert!(text.contains("oncely_key_invalid_total 1\n"));
-        assert_eq!(text.lines().count(), 11 * 3);
+        assert_eq!(text.lines().count(), 12 * 3);
     }
 }

@@ -7,7 +7,8 @@
 //! 2. The key is parsed (`400 idempotency_key_missing` / `idempotency_key_invalid`), the scope
 //!    is found (`401 idempotency_scope_missing`), and the request body is buffered up to
 //!    `Policy::max_request_bytes` (`413 idempotency_request_too_large`; nothing runs).
-//! 3. The fingerprint is computed from the bytes received, and the key is claimed with the
+//! 3. The fingerprint is computed from the bytes received (a JSON body that is not I-JSON has
+//!    none: `400 idempotency_body_not_canonicalizable`, nothing runs), and the key is claimed with the
 //!    policy's lease, replay window and retention, in one store call bounded by the store
 //!    timeout. A store error or timeout answers `503 idempotency_store_unavailable` with
 //!    `Retry-After`: the request never runs without a claim (fail closed, case S7).
@@ -42,7 +43,7 @@ use bytes::{Buf, Bytes};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use oncely_core::fingerprint::RequestParts;
+use oncely_core::fingerprint::{FingerprintError, RequestParts};
 use oncely_core::{
     ClaimOutcome, ClaimRequest, ErrorCode, FencingToken, Fingerprint, IdempotencyKey,
     InFlightBehavior, KeyError, RecordKey, RecordState, StoreError, StoredRequest, StoredResponse,
@@ -272,14 +273,30 @@ where
             (n.as_str(), values)
         })
         .collect();
-    let fingerprint = config.fingerprinter.fingerprint(&RequestParts {
+    let fingerprint = match config.fingerprinter.try_fingerprint(&RequestParts {
         method: parts.method.as_str(),
         path: uri.path(),
         query: uri.query(),
         content_type,
         body: &body,
         extra_headers: &extra,
-    });
+    }) {
+        Ok(f) => f,
+        Err(e) => {
+            // Refused before any claim: a body with no canonical form could be matched with
+            // (and replay) the record of a request that its handler would read differently.
+            config.metrics.inc(Counter::body_not_canonicalizable);
+            let e: FingerprintError = e;
+            return Ok(code_response(
+                ErrorCode::BodyNotCanonicalizable,
+                policy.profile,
+                format!(
+                    "{e}, so it cannot be compared with an earlier request; nothing was executed. Send it without the repeated member name, lone surrogate or inexact number (a number as a string)"
+                ),
+                policy.retry_after_secs,
+            ));
+        }
+    };
     let mut stored_headers = Vec::new();
     if let Some(ct) = content_type {
         stored_headers.push((CONTENT_TYPE.as_str().to_owned(), ct.to_vec()));

@@ -151,6 +151,81 @@ async fn reordered_and_reformatted_json_replays() {
     assert_eq!(arrays.code(), "idempotency_key_mismatch");
 }
 
+/// The correctness hole of issue 12: `{"amount":1,"amount":5000}` and `{"amount":5000}` used to
+/// share a fingerprint (the tree kept the last value), so a retry whose body a first-wins parser
+/// reads as amount 1 was handed the stored response of the amount-5000 request. A body with a
+/// repeated member name is now refused with its own 400 before any claim, for either value,
+/// and never replays; nothing in the store changes.
+#[tokio::test]
+async fn duplicate_member_names_are_400_before_any_claim_and_never_a_replay() {
+    let (app, calls, store, layer) = setup();
+    let first = send(
+        &app,
+        post_req(
+            "/v1/orders",
+            "acct_a",
+            Some("k"),
+            r#"{"amount":5000,"sku":"A"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let id = RecordKey::new(Scope::new("acct_a"), IdempotencyKey::new("k").unwrap());
+    let before = store.get(&id).await.unwrap().unwrap();
+    for body in [
+        r#"{"amount":1,"amount":5000,"sku":"A"}"#,
+        r#"{"amount":5000,"amount":1,"sku":"A"}"#,
+        r#"{"amount":5000,"sku":"A","\u0061mount":5000}"#,
+    ] {
+        let dup = send(&app, post_req("/v1/orders", "acct_a", Some("k"), body)).await;
+        assert_eq!(dup.status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(dup.code(), "idempotency_body_not_canonicalizable");
+        assert_eq!(dup.json()["retryable"], false);
+        assert!(
+            dup.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("two members with the same name"),
+            "{:?}",
+            dup.json()
+        );
+        assert!(!dup.replayed());
+        assert!(!String::from_utf8_lossy(&dup.body).contains("\"call\""));
+    }
+    // A fresh key with a duplicate is refused too, and is never claimed.
+    let fresh = send(
+        &app,
+        post_req("/v1/orders", "acct_a", Some("k2"), r#"{"a":1,"a":1}"#),
+    )
+    .await;
+    assert_eq!(fresh.code(), "idempotency_body_not_canonicalizable");
+    let k2 = RecordKey::new(Scope::new("acct_a"), IdempotencyKey::new("k2").unwrap());
+    assert!(store.get(&k2).await.unwrap().is_none(), "no claim was made");
+    // Lone surrogates and inexact numbers likewise.
+    for body in [r#"{"sku":"\ud800"}"#, r#"{"amount":9007199254740993}"#] {
+        let got = send(&app, post_req("/v1/orders", "acct_a", Some("k3"), body)).await;
+        assert_eq!(got.code(), "idempotency_body_not_canonicalizable", "{body}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(store.get(&id).await.unwrap().unwrap(), before);
+    let m = layer.metrics().snapshot();
+    assert_eq!((m.claims, m.replays, m.mismatches), (1, 0, 0));
+    assert_eq!(m.body_not_canonicalizable, 6);
+    // The original body still replays.
+    let retry = send(
+        &app,
+        post_req(
+            "/v1/orders",
+            "acct_a",
+            Some("k"),
+            r#"{"sku":"A","amount":5000}"#,
+        ),
+    )
+    .await;
+    assert!(retry.replayed());
+    assert_eq!(retry.body, first.body);
+}
+
 #[tokio::test]
 async fn same_key_in_two_scopes_runs_twice_independently() {
     // Case S9.
@@ -400,10 +475,15 @@ async fn oversized_request_bodies_are_413_and_nothing_runs() {
         .unwrap();
     let got = send(&app, req).await;
     assert_eq!(got.code(), "idempotency_request_too_large");
-    // Exactly at the limit is fine.
+    // Exactly at the limit is fine (a JSON string of 16 bytes).
     let ok = send(
         &app,
-        post_req("/v1/orders", "a", Some("k"), &"1".repeat(16)),
+        post_req(
+            "/v1/orders",
+            "a",
+            Some("k"),
+            &format!("\"{}\"", "a".repeat(14)),
+        ),
     )
     .await;
     assert_eq!(ok.status, StatusCode::CREATED);

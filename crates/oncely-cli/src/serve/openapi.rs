@@ -35,13 +35,13 @@ fn write_responses(created: &str, schema: &str, extra: &[(&str, &str)]) -> Value
             },
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InFlight"}}}
         },
-        "400": problem("`idempotency_key_missing`, `idempotency_key_invalid`, `invalid_json` or `idempotency_request_body_unreadable`: nothing was executed."),
+        "400": problem("`idempotency_key_missing`, `idempotency_key_invalid`, `idempotency_body_not_canonicalizable` (a JSON body that is not I-JSON: a repeated member name, a lone surrogate, an inexact number), `invalid_json` or `idempotency_request_body_unreadable`: nothing was executed."),
         "401": problem("`unauthenticated`: send `Authorization: Bearer <account>`."),
         "409": retryable("`idempotency_request_in_flight` (retryable; see `Retry-After`) or `idempotency_response_not_retained` (not retryable)."),
         "413": problem("`idempotency_request_too_large`."),
         "415": problem("`unsupported_media_type`: send `Content-Type: application/json` (uncompressed)."),
-        "422": problem("`idempotency_key_mismatch` (the key was used with another request; never retry) or `validation_failed` (nothing executed; correct and retry with the same key)."),
-        "503": retryable("`idempotency_store_unavailable`, `upstream_unavailable`, `server_shutting_down` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.")
+        "422": problem("`idempotency_key_mismatch` (the key was used with another request; never retry), `validation_failed` (nothing executed; correct and retry with the same key) or `database_refused` (the database refused a value for good; nothing was committed)."),
+        "503": retryable("`idempotency_store_unavailable`, `upstream_unavailable`, `database_unavailable`, `server_shutting_down` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.")
     });
     for (status, description) in extra {
         r[*status] = problem(description);
