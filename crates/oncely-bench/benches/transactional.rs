@@ -17,7 +17,6 @@
 use oncely_bench::run_prefix;
 use oncely_bench::transactional::{Bench, Db, Variant, count};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -269,6 +268,10 @@ fn main() {
                 count_statements(bench).await;
             }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        for bench in &benches {
+            if let Err(e) = bench.cleanup().await {
+                eprintln!("transactional/{}: cleanup failed: {e}", bench.db.name());
+            }
+        }
     });
 }

@@ -572,6 +572,37 @@ impl Bench {
         Ok(())
     }
 
+    /// Deletes what the runs left behind: every row of `bench_orders` (this module's own
+    /// table) and the key records of those orders (scope [`SCOPE`]), so that repeated runs do
+    /// not grow the database.
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    pub async fn cleanup(&self) -> Result<(), String> {
+        let result = match &self.pool {
+            Pool::Pg(pool) => sqlx::query(
+                "DELETE FROM oncely_idempotency_keys k USING bench_orders o \
+                     WHERE k.scope = $1 AND k.key = o.idempotency_key",
+            )
+            .bind(SCOPE)
+            .execute(pool)
+            .await
+            .and(sqlx::query("DELETE FROM bench_orders").execute(pool).await)
+            .map(drop),
+            Pool::Lite(pool) => sqlx::query(
+                "DELETE FROM oncely_idempotency_keys WHERE scope = ?1 AND key IN \
+                     (SELECT idempotency_key FROM bench_orders)",
+            )
+            .bind(SCOPE)
+            .execute(pool)
+            .await
+            .and(sqlx::query("DELETE FROM bench_orders").execute(pool).await)
+            .map(drop),
+        };
+        result.map_err(|e| e.to_string())
+    }
+
     /// The order ids with idempotency key `key`, and the record's state, status and body.
     async fn read(&self, key: &str) -> Result<(Vec<String>, Option<Record>), sqlx::Error> {
         match &self.pool {

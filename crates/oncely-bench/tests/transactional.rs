@@ -74,7 +74,10 @@ async fn every_variant_writes_one_order_and_the_record_per_request() {
     );
     check(&Bench::sqlite().await.expect("SQLite on a temporary file")).await;
     match Bench::postgres().await {
-        Ok(bench) => check(&bench).await,
+        Ok(bench) => {
+            check(&bench).await;
+            bench.cleanup().await.expect("cleanup");
+        }
         Err(why) => eprintln!("postgres: skipped: {why}"),
     }
 }
