@@ -41,6 +41,29 @@ fn cpu_seconds() -> f64 {
     (ticks(14) + ticks(15)) / 100.0
 }
 
+/// Context switches (voluntary + involuntary) summed over the process's live threads, from
+/// `/proc/self/task/*/status`.
+fn context_switches() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return f64::NAN;
+    };
+    let mut n = 0.0;
+    for t in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            if let Some(v) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                n += v.trim().parse::<f64>().unwrap_or(0.0);
+            }
+        }
+    }
+    n
+}
+
 fn stats(v: &[f64]) -> (f64, f64, f64) {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
@@ -59,6 +82,7 @@ fn fmt_row(name: &str, v: &[f64], digits: usize) -> String {
 struct Round {
     rps: BTreeMap<&'static str, f64>,
     cpu_us: BTreeMap<&'static str, f64>,
+    switches: BTreeMap<&'static str, f64>,
 }
 
 async fn measure(bench: &Bench, concurrency: usize, n: usize, rounds: usize) -> Vec<Round> {
@@ -75,6 +99,7 @@ async fn measure(bench: &Bench, concurrency: usize, n: usize, rounds: usize) -> 
         let mut round = Round {
             rps: BTreeMap::new(),
             cpu_us: BTreeMap::new(),
+            switches: BTreeMap::new(),
         };
         let mut layer_prefix = String::new();
         // Alternated, and the starting variant rotates, so no variant always runs first.
@@ -82,10 +107,14 @@ async fn measure(bench: &Bench, concurrency: usize, n: usize, rounds: usize) -> 
             let v = Variant::ALL[(r + k) % 3];
             let prefix = run_prefix();
             let cpu = cpu_seconds();
+            let cs = context_switches();
             let t = bench
                 .drive(v, &prefix, n, concurrency)
                 .await
                 .unwrap_or_else(|e| panic!("{db} {}: {e}", v.name()));
+            round
+                .switches
+                .insert(v.name(), (context_switches() - cs) / n as f64);
             round
                 .cpu_us
                 .insert(v.name(), (cpu_seconds() - cpu) * 1e6 / n as f64);
@@ -95,10 +124,14 @@ async fn measure(bench: &Bench, concurrency: usize, n: usize, rounds: usize) -> 
             }
         }
         let cpu = cpu_seconds();
+        let cs = context_switches();
         let t = bench
             .drive(Variant::Layer, &layer_prefix, n, concurrency)
             .await
             .unwrap_or_else(|e| panic!("{db} replay: {e}"));
+        round
+            .switches
+            .insert("replay", (context_switches() - cs) / n as f64);
         round
             .cpu_us
             .insert("replay", (cpu_seconds() - cpu) * 1e6 / n as f64);
@@ -121,6 +154,7 @@ fn report(db: Db, concurrency: usize, n: usize, rounds: &[Round]) {
     let ratio =
         |a: &str, b: &str| -> Vec<f64> { rounds.iter().map(|r| r.rps[a] / r.rps[b]).collect() };
     let cpu = |k: &str| -> Vec<f64> { rounds.iter().map(|r| r.cpu_us[k]).collect() };
+    let switches = |k: &str| -> Vec<f64> { rounds.iter().map(|r| r.switches[k]).collect() };
     println!(
         "\n### {} at concurrency {concurrency} ({n} requests per variant per round, {} rounds)\n",
         db.name(),
@@ -162,6 +196,12 @@ fn report(db: Db, concurrency: usize, n: usize, rounds: &[Round]) {
         println!(
             "{}",
             fmt_row(&format!("{k}, process CPU µs/request"), &cpu(k), 0)
+        );
+    }
+    for k in ["baseline", "floor", "layer", "replay"] {
+        println!(
+            "{}",
+            fmt_row(&format!("{k}, context switches/request"), &switches(k), 1)
         );
     }
 }
