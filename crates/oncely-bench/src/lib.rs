@@ -7,6 +7,9 @@
 //! `ONCELY_TEST_POSTGRES_URL` / `ONCELY_TEST_REDIS_URL`) are set, else skipped with a note.
 //! Use a throwaway database: the benchmarks leave their records behind (reap them, or drop the
 //! database).
+//!
+//! [`transactional`] holds issue 11's endpoint in three variants (baseline, floor, layer) for
+//! `benches/transactional.rs` (`cargo bench -p oncely-bench --bench transactional`).
 
 use oncely_core::{
     ClaimRequest, Fingerprint, IdempotencyKey, KeyStore, MemoryStore, RecordKey, Scope,
@@ -51,7 +54,9 @@ pub struct Opened {
     _dir: Option<tempfile::TempDir>,
 }
 
-fn env_url(bench: &str, test: &str) -> Option<String> {
+pub mod transactional;
+
+pub(crate) fn env_url(bench: &str, test: &str) -> Option<String> {
     std::env::var(bench)
         .ok()
         .or_else(|| std::env::var(test).ok())

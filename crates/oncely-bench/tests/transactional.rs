@@ -1,0 +1,83 @@
+//! The code behind `benches/transactional.rs`, run with tiny counts so it cannot rot: every
+//! variant answers `201`, writes one order row per request, and (floor, layer) leaves a
+//! complete record whose stored response names that order; a replay through the layer writes
+//! nothing; the layer's first execution commits once and its replay never commits. No timing.
+//!
+//! One test function, so the process-wide statement counter sees only its own statements.
+//! PostgreSQL runs when `ONCELY_TEST_POSTGRES_URL` (or `ONCELY_BENCH_POSTGRES_URL`) is set.
+
+#![allow(missing_docs)]
+
+use oncely_bench::run_prefix;
+use oncely_bench::transactional::{Bench, Db, Variant, count};
+
+const N: usize = 6;
+
+async fn check(bench: &Bench) {
+    let db = bench.db.name();
+    for v in Variant::ALL {
+        for concurrency in [1, 3] {
+            let prefix = run_prefix();
+            count::start();
+            bench
+                .drive(v, &prefix, N, concurrency)
+                .await
+                .unwrap_or_else(|e| panic!("{db} {}: {e}", v.name()));
+            let seen = count::stop();
+            bench
+                .verify(v, &prefix, N)
+                .await
+                .unwrap_or_else(|e| panic!("{db} {}: {e}", v.name()));
+            let business = seen
+                .iter()
+                .filter(|s| s.starts_with("INSERT INTO bench_orders"))
+                .count();
+            assert_eq!(
+                business,
+                N,
+                "{db} {}: one order insert per request",
+                v.name()
+            );
+            if bench.db == Db::Postgres {
+                // sqlx logs PostgreSQL's COMMIT (not SQLite's): one per request.
+                assert_eq!(count::commits(&seen), N, "{db} {}: commits", v.name());
+            }
+            if v == Variant::Layer {
+                // The same keys again: replays, which neither run the handler nor commit.
+                count::start();
+                bench
+                    .drive(v, &prefix, N, concurrency)
+                    .await
+                    .unwrap_or_else(|e| panic!("{db} replay: {e}"));
+                let seen = count::stop();
+                assert_eq!(count::commits(&seen), 0, "{db} replay: no commit");
+                assert!(
+                    !seen
+                        .iter()
+                        .any(|s| s.starts_with("INSERT INTO bench_orders")),
+                    "{db} replay ran the handler: {seen:?}"
+                );
+                bench
+                    .verify(v, &prefix, N)
+                    .await
+                    .unwrap_or_else(|e| panic!("{db} after replays: {e}"));
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_variant_writes_one_order_and_the_record_per_request() {
+    assert!(
+        count::install(),
+        "no other global subscriber in this test binary"
+    );
+    check(&Bench::sqlite().await.expect("SQLite on a temporary file")).await;
+    match Bench::postgres().await {
+        Ok(bench) => {
+            check(&bench).await;
+            bench.cleanup().await.expect("cleanup");
+        }
+        Err(why) => eprintln!("postgres: skipped: {why}"),
+    }
+}
