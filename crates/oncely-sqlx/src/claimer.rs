@@ -80,6 +80,7 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
                 recovery_point: claim.recovery_point.clone(),
             }),
             first: Mutex::new(Some(tx)),
+            on_commit: Mutex::new(None),
         });
         extensions.insert(TxSlot(Arc::clone(&shared)));
         Ok((outcome, Some(shared)))

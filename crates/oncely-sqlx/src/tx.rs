@@ -25,6 +25,8 @@ pub(crate) struct Shared<S: SqlStore> {
     pub(crate) state: Mutex<State>,
     /// The first phase's transaction (it holds the claim) until the handler takes it.
     pub(crate) first: Mutex<Option<Transaction<'static, S::Database>>>,
+    /// What to run when the claim first commits (the layer's heartbeat start).
+    pub(crate) on_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +57,36 @@ impl<S: SqlStore> oncely_tower::ClaimProgress for Shared<S> {
     }
     fn recovery_point(&self) -> Option<String> {
         self.state().recovery_point.clone()
+    }
+    fn on_first_commit(&self, start: Box<dyn FnOnce() + Send>) {
+        if self.state().committed {
+            start();
+        } else {
+            *self.on_commit.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
+        }
+    }
+}
+
+impl<S: SqlStore> Shared<S> {
+    /// Marks the claim committed (with `recovery_point`, if given) and runs the waiting
+    /// heartbeat start, outside the state lock.
+    fn committed_with(&self, recovery_point: Option<String>) {
+        {
+            let mut state = self.state();
+            state.phase_open = false;
+            state.committed = true;
+            if recovery_point.is_some() {
+                state.recovery_point = recovery_point;
+            }
+        }
+        let start = self
+            .on_commit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(start) = start {
+            start();
+        }
     }
 }
 
@@ -269,12 +301,11 @@ impl<S: SqlStore> Tx<S> {
             .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease)
             .await?;
         let committed = tx.commit().await;
-        let mut state = sh.state();
-        state.phase_open = false;
-        committed?;
-        state.committed = true;
-        state.recovery_point = Some(rp);
-        drop(state);
+        if let Err(e) = committed {
+            sh.state().phase_open = false;
+            return Err(e.into());
+        }
+        sh.committed_with(Some(rp));
         Ok(Between {
             shared: Arc::clone(&self.shared),
         })

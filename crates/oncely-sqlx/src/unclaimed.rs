@@ -157,6 +157,7 @@ pub async fn attach_unclaimed<DB: Database>(
             recovery_point: None,
         }),
         first: Mutex::new(Some(tx)),
+        on_commit: Mutex::new(None),
     });
     extensions.insert(TxSlot(shared));
     Ok(())

@@ -281,6 +281,14 @@ struct Harness<S> {
 }
 
 async fn harness<S: Db>() -> Option<Harness<S>> {
+    harness_with(Policy {
+        lease: LEASE,
+        ..Policy::default()
+    })
+    .await
+}
+
+async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
     let clock = ManualClock::starting_now();
     let store = S::fresh(clock.clone()).await?;
     let app = Arc::new(Ctl {
@@ -293,10 +301,6 @@ async fn harness<S: Db>() -> Option<Harness<S>> {
         gate: Notify::new(),
         paused: Notify::new(),
     });
-    let policy = Policy {
-        lease: LEASE,
-        ..Policy::default()
-    };
     let router = Router::new()
         .route("/single", post(single::<S>))
         .route("/multi", post(multi::<S>))
@@ -601,6 +605,59 @@ async fn a_takeover_resumes_with_its_step<S: Db>() {
     );
 }
 
+/// Between two phases (an outside call in progress) the layer's heartbeat renews the lease, so
+/// a slow but live request is not taken over; it starts only once the claim committed.
+async fn a_live_owner_between_phases_keeps_its_lease<S: Db>() {
+    let Some(h) = harness_with::<S>(Policy {
+        lease: LEASE,
+        heartbeat: Duration::from_millis(50),
+        ..Policy::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let k = key();
+    *h.app.pause_at.lock().unwrap() = Some("after_recorded");
+    let paused = h.app.paused.notified();
+    let owner = {
+        let r = h.router.clone();
+        let k = k.clone();
+        tokio::spawn(async move { send(&r, request("/multi", &k, &[])).await })
+    };
+    paused.await;
+    // Time passes past the lease; the owner is alive and its heartbeat renews from "now".
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let before = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
+    let mut renewed = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
+        if let (
+            RecordState::InFlight {
+                lease_expires_at: now_l,
+                ..
+            },
+            RecordState::InFlight {
+                lease_expires_at: was,
+                ..
+            },
+        ) = (&rec.state, &before.state)
+            && now_l > was
+        {
+            renewed = true;
+            break;
+        }
+    }
+    assert!(renewed, "the heartbeat renewed the lease between phases");
+    let dup = send(&h.router, request("/multi", &k, &[])).await;
+    assert_eq!(dup.status, 409, "a live owner is not taken over");
+    h.app.gate.notify_one();
+    let owner = owner.await.unwrap();
+    assert_eq!(owner.status, 201);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+}
+
 macro_rules! suite {
     ($module:ident, $store:ty) => {
         mod $module {
@@ -631,6 +688,10 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_stale_owner_is_fenced() {
                 super::a_stale_owner_is_fenced::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_live_owner_between_phases_keeps_its_lease() {
+                super::a_live_owner_between_phases_keeps_its_lease::<$store>().await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_takeover_resumes_with_its_step() {

@@ -75,6 +75,12 @@ pub trait ClaimProgress: Send + Sync + 'static {
     fn completed(&self) -> bool;
     /// The last committed recovery point, if any.
     fn recovery_point(&self) -> Option<String>;
+    /// Runs `start` (which starts the layer's lease heartbeat) when the claim first commits,
+    /// or at once if it is committed already. Until then there is nothing to renew, so a
+    /// single-phase request never starts a heartbeat at all. The default runs it at once.
+    fn on_first_commit(&self, start: Box<dyn FnOnce() + Send>) {
+        start();
+    }
 }
 
 impl fmt::Debug for dyn ClaimProgress {

@@ -672,7 +672,7 @@ where
         }
         return Ok(Drain::shutting_down(config.policy.retry_after_secs));
     }
-    let heartbeat = Heartbeat::start(config, ctx.id.clone(), ctx.token, ctx.progress.clone());
+    let heartbeat = Beat::start(config, ctx);
     let res = match call_boxed(&mut inner, req).await {
         Ok(r) => r,
         Err(e) => {
@@ -807,6 +807,46 @@ async fn suspend(config: &Config, ctx: &IdempotencyContext) {
             tracing::warn!(scope = %ctx.id.scope, key = %ctx.id.key, error = %e, "could not cut the lease short; the key stays in flight until its lease lapses");
         }
     }
+}
+
+/// The heartbeat of one claimed request: started at once for a claim committed at once; for a
+/// claim that rides in the handler's transaction, started when that claim first commits
+/// ([`ClaimProgress::on_first_commit`]): before, there is nothing to renew, and a single-phase
+/// request (claim, writes and response in one commit) pays for no heartbeat task at all.
+struct Beat(Arc<std::sync::Mutex<Option<Heartbeat>>>);
+
+impl Beat {
+    fn start(config: &Arc<Config>, ctx: &IdempotencyContext) -> Self {
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        match &ctx.progress {
+            None => {
+                *lock(&slot) = Some(Heartbeat::start(config, ctx.id.clone(), ctx.token, None));
+            }
+            Some(progress) => {
+                let (config, id, token) = (Arc::clone(config), ctx.id.clone(), ctx.token);
+                // Weak: the closure is kept by the progress itself until the first commit.
+                let weak = Arc::downgrade(progress);
+                let later = Arc::clone(&slot);
+                progress.on_first_commit(Box::new(move || {
+                    if let Some(progress) = weak.upgrade() {
+                        *lock(&later) = Some(Heartbeat::start(&config, id, token, Some(progress)));
+                    }
+                }));
+            }
+        }
+        Self(slot)
+    }
+
+    async fn stop(self) {
+        let running = lock(&self.0).take();
+        if let Some(h) = running {
+            h.stop().await;
+        }
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The lease heartbeat: a task that renews the claim every `Policy::heartbeat` while the
