@@ -334,7 +334,7 @@ pub fn render(policy: &Policy) -> String {
         w,
         "Writes commit their claim inside their own database transaction (on the SQLite and \
          PostgreSQL stores). `POST /v1/orders` is one transaction: a duplicate that arrives \
-         while the first is still in it waits for it, up to 5 s (the database's lock wait), and \
+         while the first is still in it waits for it (up to 4 s on PostgreSQL, 5 s on SQLite: the database's lock wait), and \
          then gets the first request's response replayed (or runs, if the first rolled back); \
          only past that bound does it get `409 idempotency_request_in_flight` (PostgreSQL) or \
          `503` (SQLite). `POST /v1/payments` commits its first step before calling the card \

@@ -33,14 +33,25 @@ fn fenced_unless_written(result: PgQueryResult) -> Result<(), StoreError> {
 }
 
 impl PostgresStore {
+    /// How long a statement of a claim or phase transaction waits for a lock (4 seconds, set with
+    /// `SET LOCAL lock_timeout` in the same message as `BEGIN`, so it costs no round trip). It is
+    /// shorter than the layer's store timeout (5 seconds) on purpose: a duplicate waiting for the
+    /// first request's transaction then always ends as `409 idempotency_request_in_flight`,
+    /// never as a `503` store timeout.
+    pub const TX_LOCK_TIMEOUT: Duration = Duration::from_secs(4);
+
     /// Begins a transaction for a claim or a phase (`BEGIN`, at the server's default isolation,
-    /// `READ COMMITTED` unless configured otherwise).
+    /// `READ COMMITTED` unless configured otherwise), with
+    /// [`TX_LOCK_TIMEOUT`](Self::TX_LOCK_TIMEOUT).
     ///
     /// # Errors
     ///
     /// [`StoreError::Unavailable`] when no connection could be had or the database failed.
     pub async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
-        self.pool().begin().await.map_err(map)
+        self.pool()
+            .begin_with("BEGIN; SET LOCAL lock_timeout = '4000ms'")
+            .await
+            .map_err(map)
     }
 
     /// Always `None`: on PostgreSQL a claim is decided inside its transaction

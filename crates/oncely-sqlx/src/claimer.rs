@@ -16,10 +16,11 @@ use std::sync::{Arc, Mutex};
 ///
 /// - While the first request's transaction is open, its uncommitted claim holds the key: a
 ///   concurrent duplicate **waits** for it (PostgreSQL: on the key's unique-index entry, bounded
-///   by the connection's `lock_timeout`, 5 seconds with `PostgresStore::connect`; SQLite: for the
-///   write lock, bounded by the busy timeout, 5 seconds), then replays the committed response,
-///   or executes if the first rolled back. Past the bound it gets `409
-///   idempotency_request_in_flight` with `Retry-After` (PostgreSQL) or `503` (SQLite).
+///   by `PostgresStore::TX_LOCK_TIMEOUT`, 4 seconds; SQLite: for the write lock, bounded by the
+///   busy timeout, 5 seconds), then replays the committed response, or executes if the first
+///   rolled back. Past the bound it gets `409 idempotency_request_in_flight` with `Retry-After`
+///   (PostgreSQL) or `503` (SQLite, where every writer, of any key, waits for the one write
+///   lock: keep transactions short).
 /// - Once a multi-step request committed its first phase, a duplicate gets the layer's usual
 ///   in-flight answer while it runs.
 /// - A replay or a mismatch never enters the handler and never leaves a write behind (on SQLite

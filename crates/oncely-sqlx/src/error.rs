@@ -10,6 +10,8 @@ use oncely_core::{Problem, StoreError};
 /// | variant | answer | what happened to the request |
 /// |---|---|---|
 /// | [`TxError::NoTransaction`] | `500 idempotency_layer_missing` | a server misconfiguration: no transactional layer on the route |
+/// | [`TxError::AlreadyTaken`], [`TxError::AlreadyCompleted`] | `500 idempotency_handler_misuse` | a handler bug: two `Tx` extractors, or a phase begun after the commit |
+/// | [`TxError::ResponseFailed`] | `500 response_failed` | the response body broke while it was captured; nothing committed, a retry runs again |
 /// | [`TxError::Fenced`] | `409 idempotency_request_in_flight`, `Retry-After` | this request lost its claim (its lease lapsed, another took over); nothing of this phase committed |
 /// | [`TxError::Store`] | `503 idempotency_store_unavailable`, `Retry-After` | the key store failed; nothing of this phase committed |
 /// | [`TxError::Database`], transient | `503 database_unavailable`, `Retry-After` | a connection, lock or serialization failure; the phase rolled back, a retry with the same key runs it again |
@@ -24,10 +26,20 @@ use oncely_core::{Problem, StoreError};
 #[non_exhaustive]
 pub enum TxError {
     /// The request carries no open transaction: the route is not behind
-    /// [`layer`](crate::layer), the request ran without a claim, or [`Tx`](crate::Tx) was
-    /// extracted twice.
+    /// [`layer`](crate::layer), or the request ran without a claim (a route whose key is
+    /// optional or ignored).
     #[error("no idempotent transaction on this request (is the route behind oncely_sqlx::layer?)")]
     NoTransaction,
+    /// The request's [`Tx`](crate::Tx) was taken already (two `Tx` extractors in one handler).
+    #[error("this request's idempotent transaction was already taken by another Tx extractor")]
+    AlreadyTaken,
+    /// [`Between::begin`](crate::Between::begin) after the request completed.
+    #[error("this request already completed; no phase can begin after Tx::commit")]
+    AlreadyCompleted,
+    /// The response body failed while [`Tx::commit`](crate::Tx::commit) captured it; nothing
+    /// was committed.
+    #[error("the response body failed while it was captured; nothing was committed")]
+    ResponseFailed,
     /// Another request owns the key now (this request's lease lapsed and it was taken over):
     /// nothing of this phase committed.
     #[error("fenced: another request took this idempotency key over")]
@@ -130,6 +142,26 @@ impl IntoResponse for TxError {
                     false,
                 ),
                 None,
+            ),
+            TxError::AlreadyTaken | TxError::AlreadyCompleted => (
+                problem(
+                    500,
+                    "idempotency_handler_misuse",
+                    "Handler misuse",
+                    "the handler used its idempotent transaction wrongly (a second Tx extractor, or a step begun after the request completed); a server bug",
+                    false,
+                ),
+                None,
+            ),
+            TxError::ResponseFailed => (
+                problem(
+                    500,
+                    "response_failed",
+                    "Response failed",
+                    "the response could not be produced completely; nothing was committed: retry with the same key",
+                    true,
+                ),
+                Some(1),
             ),
             TxError::Fenced => (
                 Problem::new(

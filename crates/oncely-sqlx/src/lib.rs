@@ -12,7 +12,7 @@
 //! // The claim is already in `tx`; the order row and the response commit with it.
 //! async fn create_order(mut tx: Tx<SqliteStore>, Json(order): Json<serde_json::Value>)
 //!     -> Result<axum::response::Response, TxError> {
-//!     sqlx::query("INSERT INTO orders (body) VALUES (?1)")
+//!     sqlx::query("INSERT INTO orders (body) VALUES ($1)")
 //!         .bind(order.to_string())
 //!         .execute(&mut *tx)
 //!         .await?;
@@ -45,7 +45,12 @@
 //!   reached. It never runs the handler while the first is undecided (case S5).
 //! - **Replays never enter the handler** and never open a write transaction on SQLite.
 //! - **A failed phase rolls back** ([`TxError`] renders the answer). A single-phase handler's
-//!   error thus leaves the key free (DESIGN: a transactional `5xx` is not stored).
+//!   uncommitted error thus leaves the key free (DESIGN: a `5xx` whose transaction rolled back
+//!   is not stored); a response the handler commits with [`Tx::commit`], whatever its status, is
+//!   stored and replayed, because its writes committed.
+//! - **No success without a commit.** A handler that answers 2xx or 3xx without completing its
+//!   transaction gets `500 handler_did_not_commit` sent instead (its writes were rolled back);
+//!   a response body that breaks while [`Tx::commit`] captures it commits nothing.
 //!
 //! # Multi-step requests
 //!

@@ -175,7 +175,7 @@ impl<S: SqlStore> Tx<S> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .ok_or(TxError::NoTransaction)?;
+            .ok_or(TxError::AlreadyTaken)?;
         Ok(Self {
             tx: Some(tx),
             shared: Arc::clone(&slot.0),
@@ -255,8 +255,14 @@ impl<S: SqlStore> Tx<S> {
             use http_body_util::BodyExt;
             oncely_tower::Body::new(b.map_err(Into::into))
         });
-        let (response, stored) =
+        let (response, stored, failed) =
             oncely_tower::capture_response(response, self.shared.max_response_bytes).await;
+        if failed {
+            // The response body broke while it was produced: nothing commits (the writes roll
+            // back with the dropped transaction), rather than a truncated answer presented as
+            // the result.
+            return Err(TxError::ResponseFailed);
+        }
         let mut tx = self.take();
         let sh = Arc::clone(&self.shared);
         let result = if sh.store.atomic() {
@@ -364,6 +370,9 @@ impl<S: SqlStore> Between<S> {
     /// work now); [`TxError::Store`] when the store failed.
     pub async fn begin(&self) -> Result<Tx<S>, TxError> {
         let sh = &self.shared;
+        if sh.state().completed {
+            return Err(TxError::AlreadyCompleted);
+        }
         let mut tx = sh.store.begin().await?;
         sh.state().phase_open = true;
         let tx_result = sh.store.renew_in(&mut tx, &sh.id, sh.token, sh.lease).await;

@@ -269,6 +269,33 @@ async fn multi<S: Db>(State(app): State<App<S>>, mut tx: Tx<S>) -> Result<Respon
     .await
 }
 
+/// A handler bug: writes, then answers success without committing.
+async fn forget<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
+    let k = tx.id().key.as_str().to_owned();
+    S::insert_row(
+        &mut tx,
+        &format!("row_{}", uuid::Uuid::new_v4().simple()),
+        &k,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, "created (not really)").into_response())
+}
+
+/// A response body that breaks while it is produced.
+async fn broken_stream<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
+    let k = tx.id().key.as_str().to_owned();
+    S::insert_row(
+        &mut tx,
+        &format!("row_{}", uuid::Uuid::new_v4().simple()),
+        &k,
+    )
+    .await?;
+    let chunks: Vec<Result<&'static str, std::io::Error>> =
+        vec![Ok("part;"), Err(std::io::Error::other("the stream broke"))];
+    let body = Body::from_stream(futures::stream::iter(chunks));
+    tx.commit((StatusCode::CREATED, body)).await
+}
+
 async fn authenticate(mut req: Request, next: Next) -> Response {
     req.extensions_mut().insert(Scope::new("acct_1"));
     next.run(req).await
@@ -304,6 +331,8 @@ async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
     let router = Router::new()
         .route("/single", post(single::<S>))
         .route("/multi", post(multi::<S>))
+        .route("/forget", post(forget::<S>))
+        .route("/broken", post(broken_stream::<S>))
         .with_state(Arc::clone(&app))
         .layer(oncely_sqlx::layer(store, policy))
         .layer(middleware::from_fn(authenticate));
@@ -658,6 +687,40 @@ async fn a_live_owner_between_phases_keeps_its_lease<S: Db>() {
     assert_eq!(h.app.store.rows(&k).await, 1);
 }
 
+/// A handler that answers success without committing gets a 500 instead (its writes were rolled
+/// back), and one whose response body breaks commits nothing: never a success the database does
+/// not hold, never a truncated body stored as the result.
+async fn no_success_without_a_commit<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    for (path, code) in [
+        ("/forget", "handler_did_not_commit"),
+        ("/broken", "response_failed"),
+    ] {
+        let k = key();
+        let a = send(&h.router, request(path, &k, &[])).await;
+        assert_eq!(
+            a.status,
+            500,
+            "{path}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+        let problem: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(problem["code"], code);
+        assert_eq!(
+            h.app.store.rows(&k).await,
+            0,
+            "{path}: the writes rolled back"
+        );
+        assert_eq!(
+            h.app.store.get(&rid(&k)).await.unwrap(),
+            None,
+            "{path}: the key is free"
+        );
+    }
+}
+
 macro_rules! suite {
     ($module:ident, $store:ty) => {
         mod $module {
@@ -692,6 +755,10 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_live_owner_between_phases_keeps_its_lease() {
                 super::a_live_owner_between_phases_keeps_its_lease::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn no_success_without_a_commit() {
+                super::no_success_without_a_commit::<$store>().await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_takeover_resumes_with_its_step() {

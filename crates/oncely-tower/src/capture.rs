@@ -91,18 +91,21 @@ pub fn stored_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> 
 }
 
 /// Reads `response`'s body up to `limit` bytes and returns the response to send (every byte,
-/// trailer and error of the original, by the rules in the [module docs](self)) and
-/// the [`StoredResponse`] to store for it: the status and filtered headers of what is sent, and
-/// the body when it fit (else `body_retained: false`, never a partial body).
+/// trailer and error of the original, by the rules in the [module docs](self)), the
+/// [`StoredResponse`] to store for it (the status and filtered headers of what is sent, and the
+/// body when it fit, else `body_retained: false`, never a partial body), and whether the body
+/// stream **failed** while it was read (then the body was not retained either, and a caller
+/// that can still back out, such as a transaction that has not committed, should).
 ///
 /// This is what the layer stores for a claimed request, and what a transactional handler
 /// stores when it completes its record in its own transaction, so the two cannot differ.
 pub async fn capture_response(
     response: Response<Body>,
     limit: usize,
-) -> (Response<Body>, StoredResponse) {
+) -> (Response<Body>, StoredResponse, bool) {
     let (parts, body) = response.into_parts();
     let captured = capture(body, limit).await;
+    let failed = matches!(captured, Captured::Failed { .. });
     let stored = match &captured {
         Captured::Complete { data, .. } => stored_response(parts.status, &parts.headers, data),
         Captured::Overflow { .. } | Captured::Failed { .. } => StoredResponse {
@@ -112,7 +115,11 @@ pub async fn capture_response(
             body_retained: false,
         },
     };
-    (Response::from_parts(parts, captured.into_body()), stored)
+    (
+        Response::from_parts(parts, captured.into_body()),
+        stored,
+        failed,
+    )
 }
 
 /// The headers of `headers` that are stored, as `(lower-case name, value)` pairs in order.

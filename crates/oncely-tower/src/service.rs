@@ -689,7 +689,9 @@ where
     let status = parts.status;
     if let Some(progress) = &ctx.progress {
         heartbeat.stop().await;
-        transactional_end(config, ctx, progress.as_ref(), status).await;
+        if let Some(replaced) = transactional_end(config, ctx, progress.as_ref(), status).await {
+            return Ok(replaced);
+        }
         return Ok(Response::from_parts(parts, body));
     }
     match parts.extensions.get::<HandlerOutcome>() {
@@ -714,7 +716,7 @@ where
         }
         None => {}
     }
-    let (res, stored) = capture_response(
+    let (res, stored, _failed) = capture_response(
         Response::from_parts(parts, body),
         config.policy.max_response_bytes,
     )
@@ -747,28 +749,39 @@ where
 /// After a handler whose claim a transactional [`Claimer`](crate::Claimer) made: the record is
 /// the transaction's business, so the layer stores nothing; it only makes sure a committed
 /// claim that no transaction completed does not stay locked (see [`ClaimProgress`]).
+///
+/// Returns the response to send instead of the handler's when the handler's answer would be
+/// a lie: a success from a handler that never committed (its writes were rolled back).
 async fn transactional_end(
     config: &Config,
     ctx: &IdempotencyContext,
     progress: &dyn ClaimProgress,
     status: http::StatusCode,
-) {
+) -> Option<Response<Body>> {
     if progress.completed() {
-        return;
+        return None;
+    }
+    let lost_writes = status.is_success() || status.is_redirection();
+    if lost_writes {
+        tracing::error!(scope = %ctx.id.scope, key = %ctx.id.key, %status, "the handler answered success without completing its idempotent transaction (Tx::commit): its writes were rolled back and nothing was stored; answering 500 instead");
     }
     if !progress.committed() {
         // The claim rode in the handler's transaction, which did not commit: the rollback
         // undid the claim with the writes, and the key is free again.
-        if status.is_success() {
-            tracing::error!(scope = %ctx.id.scope, key = %ctx.id.key, %status, "the handler answered success without committing its idempotent transaction: its writes were rolled back and nothing was stored");
-        }
-        return;
-    }
-    if progress.recovery_point().is_some() {
+    } else if progress.recovery_point().is_some() {
         suspend(config, ctx).await;
     } else {
         release(config, ctx).await;
     }
+    lost_writes.then(|| {
+        let p = custom_problem(
+            500,
+            "handler_did_not_commit",
+            "Handler did not commit",
+            "the server answered success without committing this request's transaction, so nothing of its last step was kept (a server bug); retry with the same key",
+        );
+        problem_response(&p, None)
+    })
 }
 
 /// Releases the claim (nothing executed, or a status the store policy does not keep).
