@@ -19,8 +19,8 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`runner`] | [`run`]: checks the configuration, sets up the [`env`], runs the chosen gates in order |
-//! | [`env`] | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
+//! | [`runner`] | [`run`]: checks the configuration, sets up the [`env`](mod@env), runs the chosen gates in order |
+//! | [`env`](mod@env) | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
 //! | [`http`] | the requests the gates make and what they keep of a response |
 //! | [`concurrency`], [`crash`], [`fleet`] | one gate each |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |

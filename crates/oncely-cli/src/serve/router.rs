@@ -2,7 +2,7 @@
 //! idempotency layer over the write routes (or, for the benchmark baseline, plain
 //! transactions with no claim).
 //!
-//! A request flows one way: `should_retry` (outermost) -> [`auth`](super::auth) -> the layer
+//! A request flows one way: `should_retry` (outermost) -> `auth` -> the layer
 //! (prepare, claim) -> the route's handler with its transaction -> commit with the stored
 //! response -> back out.
 
