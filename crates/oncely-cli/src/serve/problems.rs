@@ -6,8 +6,10 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use oncely_core::Problem;
+use oncely_core::problem::PROBLEM_JSON;
 use oncely_tower::HandlerOutcome;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Any path that is not a route: a problem, not an empty body.
 pub async fn no_route(uri: axum::http::Uri) -> Response {
@@ -70,34 +72,36 @@ pub fn problem(
     detail: String,
     retryable: bool,
 ) -> Response {
-    problem_with(status, code, title, detail, retryable, json!({}))
+    respond(&Problem::other(
+        status.as_u16(),
+        code,
+        title,
+        detail,
+        retryable,
+    ))
 }
 
-/// [`problem`] with extension members (RFC 9457 section 3.2), e.g. the invalid fields.
-pub fn problem_with(
-    status: StatusCode,
-    code: &str,
-    title: &str,
-    detail: String,
-    retryable: bool,
-    extra: Value,
-) -> Response {
-    let mut body = json!({
-        "type": format!("urn:oncely:problem:{code}"), "title": title, "status": status.as_u16(),
-        "detail": detail, "code": code, "retryable": retryable,
-    });
-    if let (Some(obj), Value::Object(more)) = (body.as_object_mut(), extra) {
-        obj.extend(more);
-    }
-    let mut resp = (status, body.to_string()).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    // The Stainless SDK convention: generated clients honour it before their status rules.
+/// The body of `p` as this server has always sent it: the members in alphabetical order (it
+/// goes through a `serde_json::Value` object), where the layer's problems keep RFC 9457's
+/// order. Either is the same JSON; keeping the bytes keeps stored responses, their replays and
+/// clients that compare bytes unchanged.
+pub fn body(p: &Problem) -> String {
+    serde_json::to_value(p)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
+/// Renders `p`: its status, `Content-Type: application/problem+json`, [`body`], and
+/// `x-should-retry` from `retryable` (the Stainless SDK convention: generated clients honour it
+/// before their status rules).
+pub fn respond(p: &Problem) -> Response {
+    let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (status, body(p)).into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     resp.headers_mut().insert(
         oncely_core::X_SHOULD_RETRY,
-        HeaderValue::from_static(if retryable { "true" } else { "false" }),
+        HeaderValue::from_static(if p.retryable { "true" } else { "false" }),
     );
     resp
 }
@@ -118,11 +122,40 @@ pub fn not_executed(
         _ => "Service unavailable",
     };
     let retryable = status.is_server_error() || status == StatusCode::CONFLICT;
-    let mut resp = problem_with(status, code, title, detail.into(), retryable, extra);
+    let mut p = Problem::other(status.as_u16(), code, title, detail, retryable);
+    if let Value::Object(more) = extra {
+        p.extensions = more;
+    }
+    let mut resp = respond(&p);
     if retryable {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     resp.extensions_mut().insert(HandlerOutcome::NotExecuted);
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's problem bytes are the ones it sent before the one problem type: members in
+    /// alphabetical order, extensions among them.
+    #[test]
+    fn server_problem_bytes_are_unchanged() {
+        let p = Problem::other(422, "validation_failed", "Invalid request", "bad", false)
+            .with_extension("errors", serde_json::json!([{"field": "amount"}]));
+        assert_eq!(
+            body(&p),
+            r#"{"code":"validation_failed","detail":"bad","errors":[{"field":"amount"}],"retryable":false,"status":422,"title":"Invalid request","type":"urn:oncely:problem:validation_failed"}"#
+        );
+    }
+
+    #[test]
+    fn respond_sets_status_media_type_and_should_retry() {
+        let res = respond(&Problem::other(503, "unavailable", "U", "d", true));
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        assert_eq!(res.headers()[oncely_core::X_SHOULD_RETRY], "true");
+    }
 }

@@ -18,14 +18,15 @@
 use super::Failure;
 use super::body::{invalid, parse_json, require_json};
 use super::json_response;
-use crate::serve::App;
 use crate::serve::db::{BusinessDb, NewPayment, Payment};
+use crate::serve::{App, problems};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use oncely_core::{Clock, Scope, SystemClock};
+use oncely_core::problem::PROBLEM_JSON;
+use oncely_core::{Clock, Problem, Scope, SystemClock};
 use oncely_sqlx::{SqlStore, Tx, TxError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -228,15 +229,19 @@ where
 
 /// The answer to a declined card: a problem+json that is a result (stored and replayed).
 fn declined(payment: &Payment) -> Response {
-    let body = json!({
-        "type": "urn:oncely:problem:card_declined", "title": "Card declined", "status": 402,
-        "detail": "the card processor declined the charge", "code": "card_declined",
-        "retryable": false, "payment": payment,
-    });
+    let p = Problem::other(
+        402,
+        "card_declined",
+        "Card declined",
+        "the card processor declined the charge",
+        false,
+    )
+    .with_extension("payment", json!(payment));
+    // Stored and replayed as is: no x-should-retry here (the edge adds it, from `retryable`).
     (
         StatusCode::PAYMENT_REQUIRED,
-        [(header::CONTENT_TYPE, "application/problem+json")],
-        body.to_string(),
+        [(header::CONTENT_TYPE, PROBLEM_JSON)],
+        problems::body(&p),
     )
         .into_response()
 }
