@@ -133,6 +133,7 @@ pub mod budget;
 pub mod classify;
 pub mod clock;
 pub mod deadline;
+mod driver;
 pub mod error;
 pub mod key;
 pub mod metrics;
