@@ -24,6 +24,56 @@ use crate::metrics::{RetryMetrics, bump};
 use crate::policy::RetryPolicy;
 use crate::schedule::{CallState, WaitSource};
 
+/// The builder methods and accessors of each transport's face over its [`Driver`] (a field
+/// named `core`): written once, so the two faces cannot drift apart.
+macro_rules! core_methods {
+    () => {
+        /// Shares an existing budget (for example between several clients of one process
+        /// talking to the same dependency, over HTTP or gRPC), or `None` to disable the budget.
+        pub fn with_budget(
+            mut self,
+            budget: Option<std::sync::Arc<$crate::budget::RetryBudget>>,
+        ) -> Self {
+            self.core.budget = budget;
+            self
+        }
+
+        /// Uses another key maker for minted keys (its keys are checked like a caller's).
+        pub fn with_key_maker(mut self, keys: impl $crate::key::MakeIdempotencyKey) -> Self {
+            self.core.keys = std::sync::Arc::new(keys);
+            self
+        }
+
+        /// Uses another clock (tests, simulations).
+        pub fn with_clock(mut self, clock: impl $crate::clock::Clock) -> Self {
+            self.core.clock = std::sync::Arc::new(clock);
+            self
+        }
+
+        /// Seeds the jitter's random source, for reproducible delays.
+        pub fn with_rng_seed(mut self, seed: u64) -> Self {
+            self.core.seed(seed);
+            self
+        }
+
+        /// The policy.
+        pub fn policy(&self) -> &$crate::policy::RetryPolicy {
+            &self.core.policy
+        }
+
+        /// The shared retry budget, if any.
+        pub fn budget(&self) -> Option<&std::sync::Arc<$crate::budget::RetryBudget>> {
+            self.core.budget.as_ref()
+        }
+
+        /// The shared counters.
+        pub fn metrics(&self) -> &std::sync::Arc<$crate::metrics::RetryMetrics> {
+            &self.core.metrics
+        }
+    };
+}
+pub(crate) use core_methods;
+
 /// The last answer a call got from the server, for the error and the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LastAnswer {

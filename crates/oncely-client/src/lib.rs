@@ -135,6 +135,8 @@ pub mod clock;
 pub mod deadline;
 mod driver;
 pub mod error;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod key;
 pub mod metrics;
 pub mod middleware;

@@ -106,7 +106,6 @@ use http_body::{Body as HttpBody, Frame};
 use reqwest::{Request, Response, ResponseBuilderExt};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 
-use crate::budget::RetryBudget;
 use crate::classify::{
     Outcome, Phase, Problem, RequestFacts, ResponseClassifier, ResponseFacts, TransportFailure,
     Verdict, classify, classify_with, needs_problem_body,
@@ -115,8 +114,7 @@ use crate::clock::Clock;
 use crate::deadline::Deadline;
 use crate::driver::{Driver, LastAnswer, RetryLog};
 use crate::error::{BoxError, RetryError, StopReason};
-use crate::key::{IDEMPOTENCY_KEY, MakeIdempotencyKey, check_key, needs_key};
-use crate::metrics::RetryMetrics;
+use crate::key::{IDEMPOTENCY_KEY, check_key, needs_key};
 use crate::policy::RetryPolicy;
 use crate::retry_after::retry_after_from_headers;
 use crate::schedule::CallState;
@@ -150,9 +148,9 @@ pub const MAX_PROBLEM_BODY: u64 = 64 * 1024;
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct CallOptions {
-    deadline: Option<Duration>,
-    max_attempts: Option<u32>,
-    mint_keys: Option<bool>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) mint_keys: Option<bool>,
     classifier: Option<ResponseClassifier>,
 }
 
@@ -185,6 +183,24 @@ impl CallOptions {
     pub fn with_key_minting(mut self, mint: bool) -> Self {
         self.mint_keys = Some(mint);
         self
+    }
+
+    /// The policy and the key-minting choice of one call: `policy` with these overrides.
+    pub(crate) fn apply(options: Option<&Self>, policy: RetryPolicy) -> (RetryPolicy, bool) {
+        let mut policy = policy;
+        let mut mint = policy.mints_keys();
+        if let Some(options) = options {
+            if let Some(d) = options.deadline {
+                policy = policy.with_deadline(d);
+            }
+            if let Some(n) = options.max_attempts {
+                policy = policy.with_max_attempts(n);
+            }
+            if let Some(m) = options.mint_keys {
+                mint = m;
+            }
+        }
+        (policy, mint)
     }
 
     /// This call's response hook instead of the middleware's ([`OncelyRetry::with_classifier`]);
@@ -223,51 +239,13 @@ impl OncelyRetry {
         }
     }
 
-    /// Shares an existing budget (for example between several clients of one process talking to
-    /// the same dependency), or `None` to disable the budget.
-    pub fn with_budget(mut self, budget: Option<Arc<RetryBudget>>) -> Self {
-        self.core.budget = budget;
-        self
-    }
-
-    /// Uses another key maker for minted keys (its keys are checked like a caller's).
-    pub fn with_key_maker(mut self, keys: impl MakeIdempotencyKey) -> Self {
-        self.core.keys = Arc::new(keys);
-        self
-    }
-
-    /// Uses another clock (tests, simulations).
-    pub fn with_clock(mut self, clock: impl Clock) -> Self {
-        self.core.clock = Arc::new(clock);
-        self
-    }
-
-    /// Seeds the jitter's random source, for reproducible delays.
-    pub fn with_rng_seed(mut self, seed: u64) -> Self {
-        self.core.seed(seed);
-        self
-    }
+    crate::driver::core_methods!();
 
     /// A response hook for every call (a [`CallOptions::with_classifier`] replaces it for one
     /// call). It adds a signal; the allowlist defaults stay (see [`crate::classify`]).
     pub fn with_classifier(mut self, classifier: ResponseClassifier) -> Self {
         self.classifier = Some(classifier);
         self
-    }
-
-    /// The policy.
-    pub fn policy(&self) -> &RetryPolicy {
-        &self.core.policy
-    }
-
-    /// The shared retry budget, if any.
-    pub fn budget(&self) -> Option<&Arc<RetryBudget>> {
-        self.core.budget.as_ref()
-    }
-
-    /// The shared counters.
-    pub fn metrics(&self) -> &Arc<RetryMetrics> {
-        &self.core.metrics
     }
 
     /// The guard to put last in a middleware chain built by hand (see the
@@ -625,23 +603,11 @@ impl Middleware for OncelyRetry {
             tracing::debug!("oncely: an outer OncelyRetry is retrying this call; passing through");
             return next.run(req, extensions).await;
         }
-        let mut policy = self.core.policy;
-        let mut mint = policy.mints_keys();
-        let mut classifier = self.classifier.clone();
-        if let Some(options) = extensions.get::<CallOptions>() {
-            if let Some(d) = options.deadline {
-                policy = policy.with_deadline(d);
-            }
-            if let Some(n) = options.max_attempts {
-                policy = policy.with_max_attempts(n);
-            }
-            if let Some(m) = options.mint_keys {
-                mint = m;
-            }
-            if let Some(c) = &options.classifier {
-                classifier = Some(c.clone());
-            }
-        }
+        let options = extensions.get::<CallOptions>();
+        let (policy, mint) = CallOptions::apply(options, self.core.policy);
+        let classifier = options
+            .and_then(|o| o.classifier.clone())
+            .or_else(|| self.classifier.clone());
         let call = self.core.start_call(policy.deadline());
         let active = ActiveCall(Arc::new(ActiveInner {
             sends: AtomicU32::new(0),
