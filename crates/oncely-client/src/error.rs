@@ -2,7 +2,8 @@
 //!
 //! Every error says how many attempts were made and why the call stopped ([`StopReason`]). With
 //! the reqwest-middleware face it travels inside `reqwest_middleware::Error::Middleware`; get it
-//! back with [`RetryError::from_middleware`].
+//! back with [`RetryError::from_middleware`]. With the gRPC face it is the service error under
+//! the `tonic::Status` a generated client returns (`oncely_client::grpc::retry_error` finds it).
 //!
 //! Nothing here promises exactly-once execution, and no error claims it: an
 //! [`StopReason::OutcomeUnknown`] error exists precisely because a request sent once may or may

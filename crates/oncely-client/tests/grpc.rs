@@ -661,7 +661,11 @@ async fn our_layer_twice_retries_once() {
     let server = Server::start(|_| Act::Fail(unavailable(None))).await;
     let outer = retry(fast());
     let inner = retry(fast());
-    let channel = outer.wrap(inner.wrap(server.channel().await));
+    // The inner one as a tower layer, the outer one by `wrap`: the two ways in.
+    let stack = tower::ServiceBuilder::new()
+        .layer(inner.layer())
+        .service(server.channel().await);
+    let channel = outer.wrap(stack);
     call(channel, PAY, pay_request(1)).await.unwrap_err();
     assert_eq!(server.seen().len(), 3);
     assert_eq!(inner.metrics().snapshot().calls, 0);
