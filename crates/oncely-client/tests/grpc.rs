@@ -682,3 +682,98 @@ fn the_paths_are_what_the_server_routes() {
         GrpcMethod::unkeyed()
     );
 }
+
+/// A proxy in front of the channel that answers the first `fakes` attempts itself, with a
+/// plain HTTP status (no `grpc-status`), as a load balancer does.
+#[derive(Clone)]
+struct Proxy {
+    channel: Channel,
+    fakes: Arc<std::sync::atomic::AtomicUsize>,
+    status: u16,
+    retry_after: Option<&'static str>,
+}
+
+impl tower::Service<http::Request<Body>> for Proxy {
+    type Response = http::Response<Body>;
+    type Error = tonic::transport::Error;
+    type Future = BoxFuture<Result<http::Response<Body>, tonic::transport::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower::Service::poll_ready(&mut self.channel, cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let fake = self
+            .fakes
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok();
+        if !fake {
+            return Box::pin(tower::Service::call(&mut self.channel, req));
+        }
+        let mut response = http::Response::new(Body::empty());
+        *response.status_mut() = http::StatusCode::from_u16(self.status).unwrap();
+        if let Some(after) = self.retry_after {
+            response
+                .headers_mut()
+                .insert("retry-after", after.parse().unwrap());
+        }
+        Box::pin(std::future::ready(Ok(response)))
+    }
+}
+
+#[tokio::test]
+async fn a_proxys_http_answer_follows_the_http_allowlist_and_its_retry_after() {
+    let server = Server::start(|_| Act::Reply).await;
+    let channel = server.channel().await;
+    let proxy = |fakes, status, retry_after| Proxy {
+        channel: channel.clone(),
+        fakes: Arc::new(std::sync::atomic::AtomicUsize::new(fakes)),
+        status,
+        retry_after,
+    };
+
+    // 503 with Retry-After: retried for any call, after at least the hinted 2 s.
+    let clock = VirtualClock::default();
+    let retry = GrpcRetry::new(fast()).with_clock(clock.clone()); // PAY undeclared: unkeyed
+    let reply = call(retry.wrap(proxy(1, 503, Some("2"))), PAY, pay_request(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.attempt, 1,
+        "the proxy's answer never reached the server"
+    );
+    assert_eq!(clock.sleeps(), vec![Duration::from_secs(2)]);
+
+    // 502 for an unkeyed call: a gateway may have forwarded it, so it is returned, once;
+    // tonic maps it to UNAVAILABLE as gRPC's HTTP mapping says.
+    let retry = GrpcRetry::new(fast());
+    let status = call(retry.wrap(proxy(1, 502, None)), PAY, pay_request(1))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(retry.metrics().snapshot().attempts, 1);
+    // The same 502 on a keyed call is retried.
+    let retry = self::retry(fast());
+    call(retry.wrap(proxy(1, 502, None)), PAY, pay_request(1))
+        .await
+        .unwrap();
+    assert_eq!(retry.metrics().snapshot().attempts, 2);
+
+    // 429 on every attempt: the error carries the HTTP status.
+    let retry = GrpcRetry::new(fast());
+    let status = call(retry.wrap(proxy(9, 429, None)), PAY, pay_request(1))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    let error = retry_error(&status).unwrap();
+    assert_eq!(
+        error.last_status(),
+        Some(http::StatusCode::TOO_MANY_REQUESTS)
+    );
+    assert_eq!(error.attempts(), 3);
+    assert_eq!(server.seen().len(), 2);
+}

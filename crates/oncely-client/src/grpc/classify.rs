@@ -20,6 +20,10 @@
 //! | `INTERNAL` (13), `UNKNOWN` (2) | retried only with [`crate::RetryPolicy::with_retry_500`] and when safe to repeat |
 //! | `OK`, `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `ALREADY_EXISTS`, `ABORTED` (without our in-flight reason), `NOT_FOUND`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `CANCELLED`, `OUT_OF_RANGE`, `UNIMPLEMENTED`, `DATA_LOSS` | returned as is, never retried |
 //!
+//! A response that is not a gRPC answer (an HTTP status other than `200` without `grpc-status`:
+//! a proxy answered) is judged by the HTTP allowlist instead ([`classify_http`]), and reported
+//! with the status gRPC maps it to ([`status_from_http`]).
+//!
 //! The wait before a retry is at least `google.rpc.RetryInfo.retry_delay` (AIP-194), else the
 //! pushback, combined with the jittered backoff exactly as `Retry-After` is for HTTP
 //! ([`crate::schedule`]): a lower bound; one that does not fit in the time left ends the call
@@ -55,12 +59,12 @@
 
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, Method, StatusCode};
 use oncely_core::ErrorCode;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
-use crate::classify::{RetryReason, Verdict};
+use crate::classify::{Outcome, RequestFacts, ResponseFacts, RetryReason, Verdict, classify};
 
 /// gRFC A6's server pushback trailer: milliseconds to wait, or negative for "do not retry".
 pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
@@ -137,6 +141,41 @@ pub fn classify_status(
         _ => Verdict::Done,
     };
     (verdict, hint)
+}
+
+/// Classifies a response that is not a gRPC answer: an HTTP status other than `200` without a
+/// `grpc-status` (a proxy or a load balancer answered, not the service). It is judged by the
+/// HTTP SDK's own allowlist ([`crate::classify`]), as a `POST` that is keyed when `safe`: `429`
+/// and `503` retried, `502` and `504` when safe to repeat, never another `4xx`; its
+/// `Retry-After` is the lower bound on the wait, as for HTTP.
+pub fn classify_http(
+    safe: bool,
+    status: StatusCode,
+    headers: &HeaderMap,
+    retry_500: bool,
+) -> Verdict {
+    let request = RequestFacts {
+        method: &Method::POST,
+        has_key: safe,
+    };
+    let response = ResponseFacts::new(status, headers, None);
+    classify(&request, &Outcome::Response(response), retry_500)
+}
+
+/// The status gRPC gives an HTTP answer without `grpc-status` ("HTTP to gRPC Status Code
+/// Mapping" in the gRPC repository's `doc/http-grpc-status-mapping.md`, as tonic's client
+/// applies it): `400` `INTERNAL`, `401` `UNAUTHENTICATED`, `403` `PERMISSION_DENIED`, `404`
+/// `UNIMPLEMENTED`, `429`, `502`, `503`, `504` `UNAVAILABLE`, anything else `UNKNOWN`.
+pub fn status_from_http(status: StatusCode) -> Status {
+    let code = match status.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    Status::new(code, format!("HTTP {status} without grpc-status"))
 }
 
 /// Whether a status says the server failed rather than answered: such an end refunds nothing
@@ -270,6 +309,34 @@ mod tests {
         // RetryInfo does not make a client error retryable.
         let bad = retry_info(Code::InvalidArgument, Duration::from_secs(1));
         assert_eq!(classify_status(true, &bad, &none, true).0, Verdict::Done);
+    }
+
+    #[test]
+    fn http_answers_without_grpc_status_follow_the_http_allowlist() {
+        let none = HeaderMap::new();
+        let retried = |safe, code: u16| {
+            matches!(
+                classify_http(safe, StatusCode::from_u16(code).unwrap(), &none, false),
+                Verdict::Retry(_)
+            )
+        };
+        for code in [429, 503] {
+            assert!(retried(false, code) && retried(true, code), "{code}");
+        }
+        for code in [502, 504] {
+            assert!(!retried(false, code) && retried(true, code), "{code}");
+        }
+        for code in [400, 401, 403, 404, 409, 422, 500] {
+            assert!(!retried(true, code), "{code}");
+        }
+        assert_eq!(
+            status_from_http(StatusCode::BAD_GATEWAY).code(),
+            Code::Unavailable
+        );
+        assert_eq!(
+            status_from_http(StatusCode::NOT_FOUND).code(),
+            Code::Unimplemented
+        );
     }
 
     #[test]

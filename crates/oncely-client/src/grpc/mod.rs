@@ -52,7 +52,9 @@
 //!    is "not sent" and retried for any call; a timeout or a broken connection after sending is
 //!    retried only for keyed or idempotent calls, and otherwise ends as "outcome unknown").
 //!    A response that carries a message is returned as it is: its status comes in the
-//!    trailers, after data the caller may already consume, and is not retried.
+//!    trailers, after data the caller may already consume, and is not retried. An HTTP answer
+//!    without `grpc-status` (a proxy's `503`) is judged by the HTTP allowlist, with its
+//!    `Retry-After`.
 //! 8. Retries ([`crate::schedule::CallState::plan_retry`]) or stops, logging each retry at
 //!    `INFO` and counting it in [`GrpcRetry::metrics`].
 //!

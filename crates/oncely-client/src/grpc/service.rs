@@ -14,13 +14,14 @@ use tower::{Layer, Service, ServiceExt};
 
 use super::GrpcRetry;
 use super::body::RequestBody;
-use super::classify::{classify_status, is_server_failure};
+use super::classify::{classify_http, classify_status, is_server_failure, status_from_http};
 use super::timeout::{GRPC_TIMEOUT, format_grpc_timeout, parse_grpc_timeout};
 use crate::CallOptions;
 use crate::classify::{Phase, TransportFailure, Verdict, classify_transport};
 use crate::driver::{LastAnswer, RetryLog};
 use crate::error::{BoxError, RetryError, StopReason};
 use crate::key::{IDEMPOTENCY_KEY, check_key};
+use crate::retry_after::retry_after_from_headers;
 
 /// A [`tower::Layer`] that wraps a service (a tonic `Channel`) in a [`GrpcRetryService`].
 #[derive(Clone, Debug)]
@@ -105,6 +106,7 @@ enum Attempt<B> {
     Response {
         response: http::Response<B>,
         status: Option<Status>,
+        last: Option<LastAnswer>,
         verdict: Verdict,
         hint: Option<std::time::Duration>,
     },
@@ -282,42 +284,53 @@ impl GrpcRetry {
                         failure,
                     }
                 }
-                Ok(Ok(response)) => match Status::from_header_map(response.headers()) {
-                    Some(status) => {
+                Ok(Ok(response)) => {
+                    let headers = response.headers();
+                    let http_status = response.status();
+                    if let Some(status) = Status::from_header_map(headers) {
                         let (verdict, hint) =
-                            classify_status(safe, &status, response.headers(), policy.retry_500());
+                            classify_status(safe, &status, headers, policy.retry_500());
+                        let last = Some(LastAnswer::Grpc(status.code() as i32));
                         Attempt::Response {
                             response,
                             status: Some(status),
+                            last,
                             verdict,
                             hint,
                         }
+                    } else if http_status != http::StatusCode::OK {
+                        let verdict = classify_http(safe, http_status, headers, policy.retry_500());
+                        let hint = retry_after_from_headers(headers, clock.system_now());
+                        Attempt::Response {
+                            response,
+                            status: Some(status_from_http(http_status)),
+                            last: Some(LastAnswer::Http(http_status)),
+                            verdict,
+                            hint,
+                        }
+                    } else {
+                        Attempt::Response {
+                            response,
+                            status: None,
+                            last: None,
+                            verdict: Verdict::Done,
+                            hint: None,
+                        }
                     }
-                    None => Attempt::Response {
-                        response,
-                        status: None,
-                        verdict: Verdict::Done,
-                        hint: None,
-                    },
-                },
+                }
             };
 
             let (reason, hint, last, source, failure): (_, _, _, BoxError, _) = match outcome {
                 Attempt::Response {
                     response,
                     status,
+                    last,
                     verdict: Verdict::Retry(reason),
                     hint,
                 } => {
-                    let status = status.expect("only a trailers-only response is retried");
+                    let status = status.expect("only a response with a status is retried");
                     drop(response);
-                    (
-                        reason,
-                        hint,
-                        Some(LastAnswer::Grpc(status.code() as i32)),
-                        Box::new(status),
-                        None,
-                    )
+                    (reason, hint, last, Box::new(status), None)
                 }
                 Attempt::Response {
                     response, status, ..
