@@ -398,6 +398,31 @@ async fn a_retry_info_beyond_the_deadline_ends_the_call_at_once() {
 }
 
 #[tokio::test]
+async fn resource_exhausted_with_retry_info_is_retried_at_the_throttle_price() {
+    let server = Server::start(|n| match n {
+        1 => Act::Fail(Status::with_error_details(
+            Code::ResourceExhausted,
+            "quota refills soon",
+            ErrorDetails::with_retry_info(Some(Duration::from_millis(10))),
+        )),
+        _ => Act::Reply,
+    })
+    .await;
+    let clock = VirtualClock::default();
+    // 8 tokens: enough for a throttle retry (5), not for a transient one (14).
+    let policy = fast().with_budget(Some(BudgetConfig::new().with_capacity(8)));
+    let retry = retry(policy).with_clock(clock.clone());
+    let budget = retry.budget().unwrap().clone();
+    let channel = retry.wrap(server.channel().await);
+    assert_eq!(call(channel, PAY, pay_request(1)).await.unwrap().attempt, 2);
+    // The 10 ms RetryInfo is the lower bound of the wait (the backoff is at most 5 ms).
+    assert_eq!(clock.sleeps(), vec![Duration::from_millis(10)]);
+    // 5 tokens paid for the retry, refunded by its success: 8 again.
+    assert_eq!(budget.available(), 8);
+    assert_eq!(retry.metrics().snapshot().retries, 1);
+}
+
+#[tokio::test]
 async fn a_mismatch_and_other_client_errors_are_never_retried() {
     let statuses = [
         Status::with_error_details(

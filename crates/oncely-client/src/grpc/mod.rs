@@ -95,17 +95,25 @@
 //! | retries stop when | tokens <= `maxTokens / 2` | the retry's cost exceeds the tokens left (0 to 13 left) |
 //! | scope | one channel's server name | one [`GrpcRetry`] (and its clones), or an `Arc<RetryBudget>` shared with [`GrpcRetry::with_budget`] |
 //!
-//! So they relate as follows. Under a total outage, A6 allows `maxTokens / 2` failures
-//! before retries stop (with the commonly used `maxTokens: 10`, 5 failed RPCs, so at most 4
-//! retries); ours allows `500 / 14 = 35` transient retries, then none. In steady state A6 keeps
-//! retrying while failures stay below `tokenRatio` times the successes (`0.1`: about one failure
-//! per ten successes); ours while retries stay below `refund / cost` times the first-attempt
-//! successes (`1 / 14`: about one transient retry per fourteen successes). A6 measures the failure
-//! rate, ours the retry rate: A6 throttles the first failure of every call, ours only spends when
-//! a retry is actually made, and a throttled server (the cheaper 5 tokens) does not drain it as
-//! fast as a failing one. Neither resets when the outage ends: both refill from successes.
-//! In A6's units our bucket behaves like `maxTokens = 2 * 500 / 14 = 71` and
-//! `tokenRatio = 1 / 14 = 0.071` for transient failures of calls that are retried.
+//! So they relate as follows; the numbers are A6's own example (`maxTokens: 10`,
+//! `tokenRatio: 0.1`) and our defaults.
+//!
+//! - **Same mechanism**: a token bucket per client, drained by failure, refilled by success,
+//!   that turns retries off during an outage and back on by itself once successes return
+//!   (never a restart, case C9).
+//! - **Total outage**: A6 stops retrying once `maxTokens / 2` attempts have failed (10 -> 5:
+//!   4 retries in all, after the first call's first failure); ours after `500 / 14 = 35`
+//!   transient retries (then 0 to 13 tokens are left).
+//! - **Steady state**: A6 keeps retrying while failed attempts stay below `tokenRatio` times the
+//!   successes (about 1 failure per 10 successes); ours while retries stay below
+//!   `refund / cost` times the first-attempt successes (`1 / 14`: about 1 transient retry per
+//!   14 successes, 1 throttled retry per 5).
+//! - **What is measured**: A6 the failure rate (a failed first attempt pays even when it is
+//!   not retried), ours the retry rate (only a retry that is made pays, and a retry that then
+//!   succeeds is paid back in full).
+//! - **As A6 parameters**: if A6 charged only retried failures, our defaults would be
+//!   `maxTokens = 2 * 500 / 14 = 71` and `tokenRatio = 1 / 14 = 0.071` for transient failures
+//!   (`2 * 500 / 5 = 200` and `0.2` for throttling).
 //!
 //! ```
 //! use oncely_client::budget::{BudgetConfig, RetryBudget, RetryCost};

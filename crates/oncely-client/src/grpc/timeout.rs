@@ -95,6 +95,19 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_timeout_is_sent_rounded_down_by_less_than_one_unit(
+            nanos in 1u64..=u64::MAX,
+        ) {
+            let d = Duration::from_nanos(nanos);
+            let text = format_grpc_timeout(d);
+            let back = parse_grpc_timeout(&text).unwrap();
+            proptest::prop_assert!(back <= d, "{} says more than {:?}", text, d);
+            proptest::prop_assert!(d - back < d / 1_000_000 + Duration::from_nanos(1), "{} for {:?}", text, d);
+        }
+    }
+
     #[test]
     fn malformed_values_are_refused() {
         for bad in ["", "S", "1", "12x", "-1S", "123456789m", "1.5S", " 1S"] {
