@@ -3,7 +3,8 @@
 //! Read in this order; the first rule that applies decides:
 //!
 //! 1. **The server's machine code**, `google.rpc.ErrorInfo.reason` in `grpc-status-details-bin`
-//!    (AIP-193), when it is one of Oncely's codes ([`oncely_core::ErrorCode`], any `domain`):
+//!    (AIP-193), when it is one of Oncely's codes ([`oncely_core::ErrorCode`], any `domain`, in
+//!    our snake case or in the `UPPER_SNAKE_CASE` that `google.rpc.ErrorInfo` prescribes):
 //!    `idempotency_request_in_flight` and `idempotency_store_unavailable` are retried (the
 //!    first at the throttle price), every other one (`idempotency_key_mismatch`,
 //!    `idempotency_key_missing`, `idempotency_key_invalid`, ...) never, whatever the code.
@@ -108,9 +109,11 @@ pub fn classify_status(
         .get_details_retry_info()
         .and_then(|r| r.retry_delay)
         .or(pushed.flatten());
-    let ours = status
-        .get_details_error_info()
-        .and_then(|info| OUR_CODES.into_iter().find(|c| c.as_str() == info.reason));
+    let ours = status.get_details_error_info().and_then(|info| {
+        OUR_CODES
+            .into_iter()
+            .find(|c| c.as_str().eq_ignore_ascii_case(&info.reason))
+    });
     if let Some(ours) = ours {
         let verdict = if ours.retryable() {
             Verdict::Retry(RetryReason::Grpc {
@@ -244,6 +247,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn machine_codes_are_read_in_either_case() {
+        let none = HeaderMap::new();
+        let upper = with_info(Code::Aborted, "IDEMPOTENCY_REQUEST_IN_FLIGHT");
+        assert!(matches!(
+            classify_status(true, &upper, &none, false).0,
+            Verdict::Retry(RetryReason::Grpc {
+                reason: Some("idempotency_request_in_flight"),
+                ..
+            })
+        ));
+        let upper = with_info(Code::Unavailable, "IDEMPOTENCY_KEY_MISMATCH");
+        assert_eq!(classify_status(true, &upper, &none, false).0, Verdict::Done);
+        // Not ours: the status table decides (ABORTED is not retried).
+        let other = with_info(Code::Aborted, "CONCURRENT_MODIFICATION");
+        assert_eq!(classify_status(true, &other, &none, false).0, Verdict::Done);
     }
 
     #[test]
