@@ -802,3 +802,29 @@ async fn a_proxys_http_answer_follows_the_http_allowlist_and_its_retry_after() {
     assert_eq!(error.attempts(), 3);
     assert_eq!(server.seen().len(), 2);
 }
+
+#[tokio::test]
+async fn call_options_in_the_request_extensions_override_the_policy() {
+    let server = Server::start(|_| Act::Fail(unavailable(None))).await;
+    let retry = retry(fast());
+    let channel = retry.wrap(server.channel().await);
+    let mut request = pay_request(1);
+    request.extensions_mut().insert(
+        oncely_client::CallOptions::new()
+            .with_max_attempts(1)
+            .with_key_minting(false),
+    );
+    let status = call(channel, PAY, request).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    let error = retry_error(&status).unwrap();
+    assert_eq!(
+        error.reason(),
+        &StopReason::AttemptsExhausted { max_attempts: 1 }
+    );
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].key, None,
+        "key minting was turned off for this call"
+    );
+}
