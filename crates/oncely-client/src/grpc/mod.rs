@@ -33,8 +33,9 @@
 //!
 //! 1. Finds the method's kind ([`GrpcMethod`]) by its path in the table ([`GrpcMethods`]).
 //! 2. Starts the deadline: the policy's (default 30 s), a [`crate::CallOptions`] request
-//!    extension's, or the caller's own `grpc-timeout` (tonic's `Request::set_timeout`) when
-//!    that is shorter.
+//!    extension's (`tonic::Request::extensions_mut`; its deadline, attempts and key minting
+//!    apply, its HTTP response hook does not), or the caller's own `grpc-timeout` (tonic's
+//!    `Request::set_timeout`) when that is shorter.
 //! 3. Checks a caller's `idempotency-key` metadata entry with the server's rules (1 to 255
 //!    visible ASCII characters, sent once); a bad one ends the call before anything is sent,
 //!    with [`crate::StopReason::InvalidIdempotencyKey`] (the client sees `INVALID_ARGUMENT`).
@@ -66,8 +67,8 @@
 //! error's chain: the server's own last status when there was one (code, message, details and
 //! metadata intact, so a retryable `UNAVAILABLE` that ran out of attempts is still
 //! `UNAVAILABLE`), else one this layer sets: `DEADLINE_EXCEEDED` for the deadline or a timeout,
-//! `UNKNOWN` for an unknown outcome, `UNAVAILABLE` for a failed connection, `INVALID_ARGUMENT`
-//! for a bad key. [`retry_error`] finds the [`crate::RetryError`] under the status.
+//! `UNKNOWN` for a connection lost after sending, `UNAVAILABLE` for a failed connection,
+//! `INVALID_ARGUMENT` for a bad key. [`retry_error`] finds the [`crate::RetryError`] under the status.
 //!
 //! # Streaming calls
 //!
@@ -75,7 +76,9 @@
 //! request is never buffered and the call is never retried (a failure that would have been
 //! retried ends with [`crate::StopReason::BodyNotReplayable`]). An undeclared method whose
 //! request stream is not complete when first read is treated the same way, so a stream is
-//! never resent, partially or empty, and never held back. Server-streaming calls (a unary
+//! never resent, partially or empty, and never held back (an undeclared one whose whole stream
+//! is ready at once is, like a unary request, a buffered body resent byte for byte: declare
+//! streaming methods to rule that out). Server-streaming calls (a unary
 //! request) are retried like unary calls until their response headers arrive.
 //!
 //! # Our budget and gRFC A6 retry throttling
