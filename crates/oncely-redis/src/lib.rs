@@ -51,7 +51,7 @@
 //! | `state` | `in_flight`, `complete` or `released` |
 //! | `lease`, `rp` | in flight: lease expiry (epoch ms) and recovery point (absent when none) |
 //! | `created`, `expires` | claim time and end of retention (epoch ms) |
-//! | `req` | the stored request (JSON, [`StoredRequest::encode`](oncely_core::StoredRequest::encode)); absent when none |
+//! | `req` | in flight: the stored request (JSON, [`StoredRequest::encode`](oncely_core::StoredRequest::encode)); absent when none, and deleted by complete and release |
 //! | `status`, `headers`, `body`, `retained`, `completed` | complete: the response (headers as JSON, body raw) and completion time (epoch ms) |
 //!
 //! Every write also sets the hash's Redis TTL to `expires - now`, so Redis deletes the record by

@@ -139,7 +139,8 @@ return {'ok'}
 );
 
 /// Complete. `ARGV`: now, token, status, headers (JSON), body, retained (`0`/`1`), retention ms.
-/// Returns `{'ok'}` or `{'fenced'}`.
+/// The stored request is dropped (only the completer reads it, and only from in-flight
+/// records). Returns `{'ok'}` or `{'fenced'}`.
 pub(crate) const COMPLETE: &str = concat!(
     prelude!(),
     r#"
@@ -147,7 +148,7 @@ local k = KEYS[1]
 if not owned(k, ARGV[2]) then return {'fenced'} end
 local now = now_ms()
 local expires = now + tonumber(ARGV[7])
-redis.call('HDEL', k, 'lease', 'rp')
+redis.call('HDEL', k, 'lease', 'rp', 'req')
 redis.call('HSET', k, 'state', 'complete', 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5],
   'retained', ARGV[6], 'completed', int(now), 'expires', int(expires))
 set_ttl(k, now, expires)
@@ -156,14 +157,15 @@ return {'ok'}
 );
 
 /// Release: the record becomes a tombstone that behaves as absent but keeps its token until
-/// retention ends. `ARGV`: now, token. Returns `{'ok'}` or `{'fenced'}`.
+/// retention ends; the stored request is dropped, as on completion. `ARGV`: now, token.
+/// Returns `{'ok'}` or `{'fenced'}`.
 pub(crate) const RELEASE: &str = concat!(
     prelude!(),
     r#"
 local k = KEYS[1]
 if not owned(k, ARGV[2]) then return {'fenced'} end
 local now = now_ms()
-redis.call('HDEL', k, 'lease', 'rp')
+redis.call('HDEL', k, 'lease', 'rp', 'req')
 redis.call('HSET', k, 'state', 'released')
 local expires = tonumber(redis.call('HGET', k, 'expires')) or now
 set_ttl(k, now, expires)
