@@ -45,7 +45,7 @@
 //!
 //! | field | meaning |
 //! |---|---|
-//! | `scope`, `key` | the identity, verbatim |
+//! | `scope`, `key` | the identity, verbatim: only in records written before issue 12 (the Redis key names it; both forms are read) |
 //! | `fp_v`, `fp` | fingerprint algorithm version (decimal) and 32-byte digest (raw bytes) |
 //! | `token` | the fencing token (decimal; +1 on every claim, never reset while the hash lives) |
 //! | `state` | `in_flight`, `complete` or `released` |

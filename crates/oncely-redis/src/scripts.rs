@@ -47,7 +47,9 @@ end
 /// The claim, exactly [`oncely_core::decide`] inside the server.
 ///
 /// `ARGV`: now, fingerprint version, digest, lease ms, replay window ms, retention ms, scope,
-/// key, encoded request (`''` for none).
+/// key, encoded request (`''` for none). The scope and the key are not stored (the Redis key
+/// names them; records written before issue 12 kept them as fields, which a claim drops when
+/// it rewrites the hash).
 ///
 /// Returns `{'claimed', token, lease_expires_at, kind, recovery_point|nil}`,
 /// `{'in_flight', lease_expires_at}`, `{'replay', status, headers, body, retained, completed_at}`,
@@ -100,7 +102,7 @@ local lease_at = now + lease
 local expires = now + retention
 if expires < lease_at then expires = lease_at end
 redis.call('DEL', k)
-local f = {'scope', ARGV[7], 'key', ARGV[8], 'fp_v', fp_v, 'fp', fp, 'token', int(token),
+local f = {'fp_v', fp_v, 'fp', fp, 'token', int(token),
   'state', 'in_flight', 'lease', int(lease_at), 'created', int(created), 'expires', int(expires)}
 if rp then f[#f + 1] = 'rp'; f[#f + 1] = rp end
 if req ~= '' then f[#f + 1] = 'req'; f[#f + 1] = req end
