@@ -128,7 +128,8 @@ pub use problem::problem_response;
 pub use service::Idempotency;
 #[cfg(feature = "standard-webhooks")]
 pub use standard_webhooks::{
-    StandardWebhooks, StandardWebhooksLayer, VerifiedWebhook, WebhookSecretError,
+    StandardWebhooks, StandardWebhooksLayer, TIMESTAMP_TOLERANCE_SECS, VerifiedWebhook,
+    WebhookSecretError,
 };
 
 /// The body type the layer hands the inner service and answers with: a boxed body of

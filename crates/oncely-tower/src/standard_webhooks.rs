@@ -91,6 +91,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
+/// How far a delivery's `webhook-timestamp` may be from now, before or after: 300 seconds (5
+/// minutes), the `standardwebhooks` crate's fixed tolerance, checked against the system clock.
+pub const TIMESTAMP_TOLERANCE_SECS: u64 = 300;
+
 /// The default largest delivery body the layer buffers to verify: 1 MiB (1,048,576 bytes),
 /// the same as `Policy::max_request_bytes`.
 pub const DEFAULT_MAX_WEBHOOK_BYTES: usize = 1024 * 1024;

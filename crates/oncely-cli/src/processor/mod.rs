@@ -80,8 +80,11 @@ pub fn router(webhook_secret: &str) -> anyhow::Result<Router> {
         .with_state(ledgers)
         .merge(
             Router::new()
-                .route("/webhook-endpoints", post(webhooks::register))
-                .route("/events", get(webhooks::list))
+                .route(
+                    "/webhook-endpoints",
+                    post(webhooks::register).delete(webhooks::forget_endpoints),
+                )
+                .route("/events", get(webhooks::list).post(webhooks::trigger))
                 .route("/events/{id}/deliver", post(webhooks::deliver))
                 .with_state(sender),
         ))

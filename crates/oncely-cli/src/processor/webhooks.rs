@@ -5,6 +5,10 @@
 //! - `POST /webhook-endpoints` `{"url": "http://…/webhooks/processor"}`: registers a receiver
 //!   (an API server does it when it starts; the same URL twice counts once). Attempts go to the
 //!   receivers in turn, as through a load balancer.
+//! - `DELETE /webhook-endpoints`: forgets every receiver (a gate does it before it restarts
+//!   its servers on new ports).
+//! - `POST /events` `{"type": …, "data": …}`: emits an event now (a provider's "send a test
+//!   event" button), delivered like the others; answers `201 {"id"}`.
 //! - `GET /events`: every event with its delivery attempts (`statuses`, `0` for a transport
 //!   failure) and whether one was acknowledged with a `2xx`.
 //! - `POST /events/{id}/deliver` `{"copies": N}`: delivers the event `N` times at once, each
@@ -94,22 +98,23 @@ impl Sender {
     /// Records a `charge.succeeded` event for `charge` (the processor's answer, with the
     /// request's `metadata`) and starts delivering it in the background.
     pub(crate) fn charge_succeeded(self: &Arc<Self>, charge: &Value, metadata: &Value) {
+        let mut object = charge.clone();
+        object["object"] = json!("charge");
+        object["metadata"] = metadata.clone();
+        self.emit("charge.succeeded", json!({"object": object}));
+    }
+
+    /// Records an event of type `kind` with `data` and starts delivering it in the background;
+    /// returns its id.
+    fn emit(self: &Arc<Self>, kind: &str, data: Value) -> String {
         let id = {
             let mut events = lock(&self.events);
             let id = format!("evt_{:08}", events.len() + 1);
-            let mut object = charge.clone();
-            object["object"] = json!("charge");
-            object["metadata"] = metadata.clone();
-            let payload = json!({
-                "id": id,
-                "type": "charge.succeeded",
-                "created": now_secs(),
-                "data": {"object": object},
-            });
+            let payload = json!({"id": id, "type": kind, "created": now_secs(), "data": data});
             events.insert(
                 id.clone(),
                 Event {
-                    kind: "charge.succeeded".into(),
+                    kind: kind.to_owned(),
                     payload: serde_json::to_vec(&payload).expect("a Value serializes"),
                     statuses: Vec::new(),
                     delivered: false,
@@ -118,7 +123,9 @@ impl Sender {
             id
         };
         let me = Arc::clone(self);
-        tokio::spawn(async move { me.deliver(&id).await });
+        let event = id.clone();
+        tokio::spawn(async move { me.deliver(&event).await });
+        id
     }
 
     /// One delivery of event `id`, with its retries: the first attempt's status, the attempts
@@ -252,6 +259,25 @@ pub(crate) async fn register(State(s): State<Arc<Sender>>, Json(req): Json<Value
         Json(json!({"url": url, "endpoints": endpoints.len()})),
     )
         .into_response()
+}
+
+/// `DELETE /webhook-endpoints`.
+pub(crate) async fn forget_endpoints(State(s): State<Arc<Sender>>) -> StatusCode {
+    lock(&s.endpoints).clear();
+    StatusCode::NO_CONTENT
+}
+
+/// `POST /events {"type", "data"}`.
+pub(crate) async fn trigger(State(s): State<Arc<Sender>>, Json(req): Json<Value>) -> Response {
+    let Some(kind) = req["type"].as_str().filter(|k| !k.is_empty()) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "type must be a non-empty string"})),
+        )
+            .into_response();
+    };
+    let id = s.emit(kind, req["data"].clone());
+    (StatusCode::CREATED, Json(json!({"id": id}))).into_response()
 }
 
 /// `GET /events`.
@@ -465,5 +491,33 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(missing.status(), 404);
+        // A test event, then no receivers at all: it is retried, never acknowledged.
+        let test: Value = http
+            .post(format!("{processor}/events"))
+            .json(&json!({"type": "ping", "data": {}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(test["id"], "evt_00000002");
+        let forget = http
+            .delete(format!("{processor}/webhook-endpoints"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(forget.status(), 204);
+        let unheard = http
+            .post(format!("{processor}/events/evt_00000001/deliver"))
+            .json(&json!({"copies": 1}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        assert_eq!(unheard["delivered"], 0, "{unheard}");
+        assert_eq!(unheard["attempts"], MAX_ATTEMPTS);
     }
 }
