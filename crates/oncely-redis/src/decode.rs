@@ -96,8 +96,9 @@ pub(crate) fn response(
         .and_then(parse_int)
         .and_then(|s| u16::try_from(s).ok())
         .ok_or_else(|| corrupt("response status"))?;
-    let headers = StoredResponse::decode_headers(headers.ok_or_else(|| corrupt("headers"))?)
-        .map_err(|e| corrupt(format!("headers: {e}")))?;
+    let (headers, trailers) =
+        StoredResponse::decode_header_fields(headers.ok_or_else(|| corrupt("headers"))?)
+            .map_err(|e| corrupt(format!("headers: {e}")))?;
     let body = body.ok_or_else(|| corrupt("body"))?.to_vec();
     let body_retained = match retained {
         Some(b"1") => true,
@@ -109,6 +110,7 @@ pub(crate) fn response(
         headers,
         body,
         body_retained,
+        trailers,
     })
 }
 
