@@ -35,6 +35,7 @@ pub(crate) struct Config {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) drain: Arc<crate::drain::DrainState>,
+    pub(crate) dialect: Arc<dyn crate::Dialect>,
 }
 
 /// The idempotency middleware as a [`tower::Layer`]: wraps a service in [`Idempotency`].
@@ -96,6 +97,7 @@ impl IdempotencyLayer {
                 clock: Arc::new(SystemClock),
                 metrics: Arc::new(Metrics::default()),
                 drain: Arc::default(),
+                dialect: Arc::new(crate::ProblemJson),
             },
         }
     }
@@ -150,6 +152,14 @@ impl IdempotencyLayer {
     /// Replaces which routes require, accept or ignore a key (default [`DefaultKeyRule`]).
     pub fn with_key_rule(mut self, r: impl KeyRule) -> Self {
         self.config.key_rule = Arc::new(r);
+        self
+    }
+
+    /// Replaces how answers are said and responses judged (default [`ProblemJson`](crate::ProblemJson):
+    /// RFC 9457 problem details and the HTTP status). The `oncely-grpc` crate sets its gRPC
+    /// dialect here.
+    pub fn with_dialect(mut self, d: impl crate::Dialect) -> Self {
+        self.config.dialect = Arc::new(d);
         self
     }
 

@@ -93,6 +93,7 @@ pub mod capture;
 pub mod claimer;
 mod config;
 pub mod context;
+pub mod dialect;
 pub mod drain;
 mod future;
 mod layer;
@@ -106,6 +107,7 @@ pub use config::{DefaultKeyRule, ExtensionScope, KeyRequirement, KeyRule, ScopeE
 #[cfg(feature = "axum")]
 pub use context::MissingIdempotencyContext;
 pub use context::{HandlerOutcome, IdempotencyContext};
+pub use dialect::{Dialect, ProblemJson};
 pub use drain::Drain;
 pub use future::ResponseFuture;
 pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};

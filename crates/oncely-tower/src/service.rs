@@ -37,7 +37,7 @@ use crate::drain::Drain;
 use crate::future::ResponseFuture;
 use crate::layer::Config;
 use crate::metrics::Counter;
-use crate::problem::{code_response, custom_problem, problem_response};
+use crate::problem::{code_response, custom_problem};
 use crate::{Body, BoxError, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use bytes::{Buf, Bytes};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -222,6 +222,7 @@ where
         Err(KeyError::Missing) => {
             config.metrics.inc(Counter::key_missing);
             return Ok(code_response(
+                &*config.dialect,
                 ErrorCode::KeyMissing,
                 policy.profile,
                 format!(
@@ -235,6 +236,7 @@ where
         Err(e) => {
             config.metrics.inc(Counter::key_invalid);
             return Ok(code_response(
+                &*config.dialect,
                 ErrorCode::KeyInvalid,
                 policy.profile,
                 format!("{e}; a key is 1 to 255 visible ASCII characters, sent once"),
@@ -246,6 +248,7 @@ where
     let (mut parts, body) = req.into_parts();
     let Some(scope) = config.scope.scope(&parts) else {
         return Ok(code_response(
+            &*config.dialect,
             ErrorCode::ScopeMissing,
             policy.profile,
             "the caller is not authenticated, so the Idempotency-Key cannot be scoped",
@@ -288,6 +291,7 @@ where
             config.metrics.inc(Counter::body_not_canonicalizable);
             let e: FingerprintError = e;
             return Ok(code_response(
+                &*config.dialect,
                 ErrorCode::BodyNotCanonicalizable,
                 policy.profile,
                 format!(
@@ -318,7 +322,10 @@ where
 
     let id = RecordKey::new(scope, key);
     if config.drain.is_draining() {
-        return Ok(Drain::shutting_down(policy.retry_after_secs));
+        return Ok(Drain::shutting_down(
+            &*config.dialect,
+            policy.retry_after_secs,
+        ));
     }
     let claim = ClaimRequest {
         id: id.clone(),
@@ -408,6 +415,7 @@ where
     let max = config.policy.max_request_bytes;
     let too_large = || {
         code_response(
+            &*config.dialect,
             ErrorCode::RequestTooLarge,
             config.policy.profile,
             format!("the request body is larger than {max} bytes, the most this route buffers"),
@@ -433,7 +441,7 @@ where
                 "Request body unreadable",
                 "the request body could not be read completely; nothing was executed",
             );
-            Err(problem_response(&p, None))
+            Err(config.dialect.render(&p, None))
         }
     }
 }
@@ -457,6 +465,7 @@ async fn timed<T>(
 
 fn unavailable(config: &Config) -> Response<Body> {
     code_response(
+        &*config.dialect,
         ErrorCode::StoreUnavailable,
         config.policy.profile,
         format!(
@@ -470,6 +479,7 @@ fn unavailable(config: &Config) -> Response<Body> {
 fn mismatch(config: &Config) -> Response<Body> {
     config.metrics.inc(Counter::mismatches);
     code_response(
+        &*config.dialect,
         ErrorCode::KeyMismatch,
         config.policy.profile,
         "this Idempotency-Key was already used for a different request (method, path, query, media type or body); use a new key for a new request",
@@ -483,6 +493,7 @@ fn replay(config: &Config, stored: &StoredResponse) -> Response<Body> {
         return replay_response(stored);
     }
     let mut res = code_response(
+        &*config.dialect,
         ErrorCode::ResponseNotRetained,
         config.policy.profile,
         format!(
@@ -547,6 +558,7 @@ async fn in_flight(
         return accepted(id, &url, retry_after);
     }
     code_response(
+        &*config.dialect,
         ErrorCode::RequestInFlight,
         config.policy.profile,
         format!(
@@ -670,7 +682,10 @@ where
         if ctx.progress.as_ref().is_none_or(|p| p.committed()) {
             release(config, ctx).await;
         }
-        return Ok(Drain::shutting_down(config.policy.retry_after_secs));
+        return Ok(Drain::shutting_down(
+            &*config.dialect,
+            config.policy.retry_after_secs,
+        ));
     }
     let heartbeat = Beat::start(config, ctx);
     let res = match call_boxed(&mut inner, req).await {
@@ -686,7 +701,11 @@ where
     };
     let (parts, body) = res.into_parts();
     let body = box_bytes_body(body);
-    let status = parts.status;
+    // What the store policy judges: the HTTP status, or what the dialect reads from the head
+    // (a gRPC status sent in the headers); asked again with the trailers below.
+    let status = config
+        .dialect
+        .effective_status(parts.status, &parts.headers, &[]);
     if let Some(progress) = &ctx.progress {
         heartbeat.stop().await;
         if let Some(replaced) = transactional_end(config, ctx, progress.as_ref(), status).await {
@@ -723,6 +742,15 @@ where
     .await;
     // Stop renewing before completing: a renew racing the completion would be fenced.
     heartbeat.stop().await;
+    let status = config
+        .dialect
+        .effective_status(res.status(), res.headers(), &stored.trailers);
+    if !config.policy.store_policy.stores(status.as_u16(), false) {
+        // Only known from the trailers (a gRPC status sent after the messages): a status the
+        // policy does not keep releases the key, as it would have before the body.
+        release(config, ctx).await;
+        return Ok(res);
+    }
     if !stored.body_retained {
         config.metrics.inc(Counter::not_retained);
     }
@@ -780,7 +808,7 @@ async fn transactional_end(
             "Handler did not commit",
             "the server answered success without committing this request's transaction, so nothing of its last step was kept (a server bug); retry with the same key",
         );
-        problem_response(&p, None)
+        config.dialect.render(&p, None)
     })
 }
 
