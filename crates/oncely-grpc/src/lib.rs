@@ -78,8 +78,8 @@ pub use fingerprint::GrpcFingerprinter;
 pub use layer::{GrpcIdempotency, GrpcIdempotencyLayer, GrpcResponseFuture, UnsupportedPolicy};
 pub use methods::GrpcMethods;
 pub use status::{
-    ERROR_DOMAIN, GRPC_STATUS_TABLE, GrpcDialect, RETRYABLE_STATUS_CODES, StatusRow,
-    decode_details, grpc_code_of, status_of,
+    ERROR_DOMAIN, GRPC_STATUS_TABLE, GrpcDialect, RETRY_PUSHBACK_MS, RETRYABLE_STATUS_CODES,
+    StatusRow, decode_details, grpc_code_of, status_of,
 };
 
 /// The reference Payments service's messages, server and client, generated from

@@ -12,7 +12,12 @@
 //!   `{"code": "idempotency_request_in_flight", "retryable": "true", "httpStatus": "409"}`
 //!   (`code` the machine code exactly as the REST API's problem+json says it);
 //! - `google.rpc.RetryInfo` with `retry_delay` (whole seconds) on exactly the answers that
-//!   carry `Retry-After` over HTTP.
+//!   carry `Retry-After` over HTTP;
+//!
+//! and those retryable answers also carry gRFC A6's server pushback, `grpc-retry-pushback-ms`
+//! (the same delay in milliseconds), which stock gRPC clients with a retry policy honour: their
+//! next attempt waits that long instead of their own backoff (A6, "Pushback"). gRPC libraries do
+//! not read `RetryInfo` themselves; the Oncely client SDK reads both.
 //!
 //! The codes follow gRPC's status code guide and AIP-193/AIP-194, chosen so that an A6 retry
 //! policy with `"retryableStatusCodes": ["UNAVAILABLE", "ABORTED"]` retries exactly the answers
@@ -57,6 +62,11 @@ use tonic_types::{ErrorDetails, StatusExt as _};
 
 /// The `google.rpc.ErrorInfo.domain` of every answer of the layer: `oncely.dev`.
 pub const ERROR_DOMAIN: &str = "oncely.dev";
+
+/// gRFC A6's server pushback header, `grpc-retry-pushback-ms`: how long, in milliseconds, a
+/// client's retry policy waits before its next attempt. Sent on every retryable answer.
+pub const RETRY_PUSHBACK_MS: http::HeaderName =
+    http::HeaderName::from_static("grpc-retry-pushback-ms");
 
 /// The machine code of a key sent on a method that cannot be made idempotent (client-streaming
 /// or bidirectional): `idempotency_streaming_unsupported`, answered `UNIMPLEMENTED`.
@@ -202,6 +212,12 @@ impl Dialect for GrpcDialect {
         // The status travels as a `tonic::Status` extension too; a replayed marker is added
         // by the layer where it applies (`idempotency_response_not_retained`).
         res.extensions_mut().remove::<tonic::Status>();
+        if let Some(secs) = retry_after_secs {
+            res.headers_mut().insert(
+                RETRY_PUSHBACK_MS,
+                HeaderValue::from(secs.saturating_mul(1000)),
+            );
+        }
         debug_assert!(!res.headers().contains_key(IDEMPOTENT_REPLAYED));
         res
     }
@@ -234,6 +250,72 @@ impl Dialect for GrpcDialect {
                 http_status_of(code)
             }
         }
+    }
+}
+
+/// The gRPC service config (gRFC A2) of a retry policy (gRFC A6) that retries exactly the safe
+/// answers of `service` (a full name, e.g. `oncely.payments.v1.Payments`): at most
+/// `max_attempts` attempts in total, the backoff `random(0, min(initial x 2^(n-1), max))`
+/// (A6's own full jitter), `retryableStatusCodes` [`RETRYABLE_STATUS_CODES`], and A6 retry
+/// throttling (`maxTokens` 10, `tokenRatio` 0.1: retries stop while more than half of the
+/// recent calls failed). Backoffs are written in seconds with a fraction, as A2 wants.
+///
+/// ```
+/// use std::time::Duration;
+/// let json = oncely_grpc::status::service_config("oncely.payments.v1.Payments", 3, Duration::from_millis(500), Duration::from_secs(8));
+/// assert!(json.contains(r#""retryableStatusCodes": ["UNAVAILABLE", "ABORTED"]"#));
+/// assert!(json.contains(r#""initialBackoff": "0.5s""#));
+/// ```
+pub fn service_config(
+    service: &str,
+    max_attempts: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+) -> String {
+    let codes: Vec<String> = RETRYABLE_STATUS_CODES
+        .iter()
+        .map(|c| format!("\"{}\"", code_name(*c)))
+        .collect();
+    format!(
+        r#"{{
+  "methodConfig": [{{
+    "name": [{{"service": "{service}"}}],
+    "retryPolicy": {{
+      "maxAttempts": {max_attempts},
+      "initialBackoff": "{}s",
+      "maxBackoff": "{}s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": [{}]
+    }}
+  }}],
+  "retryThrottling": {{"maxTokens": 10, "tokenRatio": 0.1}}
+}}"#,
+        initial_backoff.as_secs_f64(),
+        max_backoff.as_secs_f64(),
+        codes.join(", ")
+    )
+}
+
+/// A status code's name as gRPC writes it, e.g. `FAILED_PRECONDITION`.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
@@ -274,17 +356,7 @@ mod tests {
             );
         }
         // And the table agrees with the core's own view of what is retryable.
-        for code in [
-            ErrorCode::KeyMissing,
-            ErrorCode::KeyInvalid,
-            ErrorCode::KeyMismatch,
-            ErrorCode::RequestInFlight,
-            ErrorCode::StoreUnavailable,
-            ErrorCode::ResponseNotRetained,
-            ErrorCode::ScopeMissing,
-            ErrorCode::RequestTooLarge,
-            ErrorCode::BodyNotCanonicalizable,
-        ] {
+        for code in ErrorCode::ALL {
             let row = GRPC_STATUS_TABLE
                 .iter()
                 .find(|r| r.code == code.as_str())
@@ -310,6 +382,9 @@ mod tests {
             d.retry_info().and_then(|r| r.retry_delay),
             Some(Duration::from_secs(2))
         );
+        let res = GrpcDialect.render(&p, Some(2));
+        assert_eq!(res.headers()["grpc-status"], "10");
+        assert_eq!(res.headers()[RETRY_PUSHBACK_MS], "2000");
 
         let p = Problem::new(ErrorCode::KeyMismatch, StatusProfile::Stripe, "other");
         let res = GrpcDialect.render(&p, None);
@@ -318,6 +393,7 @@ mod tests {
         assert_eq!(res.headers()["grpc-status"], "9");
         let d = decode_details(res.headers()["grpc-status-details-bin"].as_bytes()).unwrap();
         assert!(d.retry_info().is_none());
+        assert!(!res.headers().contains_key(RETRY_PUSHBACK_MS));
         assert_eq!(d.error_info().unwrap().metadata["httpStatus"], "400");
     }
 
