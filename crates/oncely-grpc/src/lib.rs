@@ -72,6 +72,7 @@ pub mod fingerprint;
 mod layer;
 pub mod methods;
 pub mod status;
+pub mod unary;
 
 pub use deadline::{GrpcDeadline, parse_grpc_timeout};
 pub use fingerprint::GrpcFingerprinter;

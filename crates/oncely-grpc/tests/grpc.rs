@@ -374,3 +374,46 @@ fn the_accepted_in_flight_mode_has_no_grpc_form() {
     // And the details decoder reads what the layer writes.
     assert!(decode_details(b"not base64!").is_err());
 }
+
+#[tokio::test]
+async fn a_hand_built_unary_reply_is_what_tonic_sends() {
+    use http_body_util::BodyExt as _;
+    let server = serve(Arc::new(MemoryStore::new()), Policy::default()).await;
+    let from_tonic = raw_call(server.addr, SAY, &fresh_key(), &say("same")).await;
+    let reply = common::echo::SayReply {
+        text: "same".into(),
+        execution: 1,
+    };
+    let ours = oncely_grpc::unary::reply(&reply);
+    assert_eq!(ours.headers()["content-type"], "application/grpc");
+    assert!(
+        from_tonic
+            .headers
+            .contains(&("content-type".to_owned(), b"application/grpc".to_vec()))
+    );
+    let collected = ours.into_body().collect().await.unwrap();
+    let trailers: Vec<(String, Vec<u8>)> = collected
+        .trailers()
+        .unwrap()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    assert_eq!(trailers, from_tonic.trailers);
+    let body = collected.to_bytes();
+    assert_eq!(body, from_tonic.body);
+    // And the request decoder reads what a client sends.
+    let back: SayRequest = oncely_grpc::unary::decode_request(&{
+        let m = prost::Message::encode_to_vec(&say("x"));
+        let mut framed = vec![0, 0, 0, 0, u8::try_from(m.len()).unwrap()];
+        framed.extend_from_slice(&m);
+        framed
+    })
+    .unwrap();
+    assert_eq!(back, say("x"));
+    for bad in [&b""[..], b"\x01\0\0\0\0", b"\0\0\0\0\x05ab"] {
+        assert!(
+            oncely_grpc::unary::decode_request::<SayRequest>(bad).is_err(),
+            "{bad:?}"
+        );
+    }
+}
