@@ -189,7 +189,22 @@ impl FromStr for StatusProfile {
     }
 }
 
-/// An RFC 9457 problem details body with Oncely's `code` and `retryable` extensions.
+/// An RFC 9457 problem details body with Oncely's `code` and `retryable` extensions, and any
+/// further extension members (RFC 9457 section 3.2).
+///
+/// The one problem type of the workspace: the layer ([`Problem::new`] for an [`ErrorCode`]), the
+/// transactional phases and the reference server ([`Problem::other`] for their own codes) build
+/// it; `oncely_tower::problem_response` renders it.
+///
+/// ```
+/// use oncely_core::Problem;
+///
+/// let p = Problem::other(422, "validation_failed", "Invalid request", "bad fields", false)
+///     .with_extension("errors", serde_json::json!([{"field": "amount"}]));
+/// let v: serde_json::Value = serde_json::from_slice(&p.to_json()).unwrap();
+/// assert_eq!(v["type"], "urn:oncely:problem:validation_failed");
+/// assert_eq!(v["errors"][0]["field"], "amount");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
     /// A URI naming the problem type: `urn:oncely:problem:<code>`.
@@ -205,6 +220,11 @@ pub struct Problem {
     pub code: String,
     /// Whether the client may retry the same request unchanged.
     pub retryable: bool,
+    /// Extension members, serialized after the members above (empty: none), e.g. `errors`
+    /// (the invalid fields of a `422`). A name that repeats one of the members above is not
+    /// allowed (the JSON would carry the name twice).
+    #[serde(flatten)]
+    pub extensions: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Problem {
@@ -217,7 +237,36 @@ impl Problem {
             detail: detail.into(),
             code: code.as_str().to_owned(),
             retryable: code.retryable(),
+            extensions: serde_json::Map::new(),
         }
+    }
+
+    /// A problem with a code outside [`ErrorCode`] (a server's own: `validation_failed`,
+    /// `database_unavailable`, ...): `type` is `urn:oncely:problem:<code>`, `status` the HTTP
+    /// status code.
+    pub fn other(
+        status: u16,
+        code: &str,
+        title: &str,
+        detail: impl Into<String>,
+        retryable: bool,
+    ) -> Self {
+        Self {
+            type_uri: format!("urn:oncely:problem:{code}"),
+            title: title.to_owned(),
+            status,
+            detail: detail.into(),
+            code: code.to_owned(),
+            retryable,
+            extensions: serde_json::Map::new(),
+        }
+    }
+
+    /// Adds (or replaces) the extension member `name`.
+    #[must_use]
+    pub fn with_extension(mut self, name: impl Into<String>, value: serde_json::Value) -> Self {
+        self.extensions.insert(name.into(), value);
+        self
     }
 
     /// The JSON body bytes.
@@ -261,5 +310,23 @@ mod tests {
         assert_eq!(v["retryable"], false);
         assert_eq!(v["detail"], "d");
         assert!(v["title"].is_string());
+        // No extension: the body is the six members, in RFC 9457's order.
+        assert!(
+            String::from_utf8(p.to_json()).unwrap().starts_with(
+                "{\"type\":\"urn:oncely:problem:idempotency_key_mismatch\",\"title\":"
+            )
+        );
+        assert_eq!(v.as_object().unwrap().len(), 6);
+    }
+
+    #[test]
+    fn extensions_follow_the_standard_members() {
+        let p = Problem::other(402, "card_declined", "Card declined", "no", false)
+            .with_extension("payment", serde_json::json!({"id": "pay_1"}));
+        let text = String::from_utf8(p.to_json()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"type":"urn:oncely:problem:card_declined","title":"Card declined","status":402,"detail":"no","code":"card_declined","retryable":false,"payment":{"id":"pay_1"}}"#
+        );
     }
 }

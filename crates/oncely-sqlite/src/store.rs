@@ -205,6 +205,10 @@ impl SqliteStore {
             .max_connections(MAX_CONNECTIONS)
             .min_connections(u32::from(memory))
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            // No ping on every acquire (sqlx's default): a connection to a file in this
+            // process cannot be cut off the way a network connection can, and the ping is a hop
+            // to the connection's worker thread and back on every transaction (issue 11).
+            .test_before_acquire(false)
             .idle_timeout(if memory {
                 None
             } else {

@@ -119,14 +119,7 @@ pub fn classify(e: &sqlx::Error) -> DbErrorClass {
 }
 
 fn problem(status: u16, code: &str, title: &str, detail: &str, retryable: bool) -> Problem {
-    Problem {
-        type_uri: format!("urn:oncely:problem:{code}"),
-        title: title.to_owned(),
-        status,
-        detail: detail.to_owned(),
-        code: code.to_owned(),
-        retryable,
-    }
+    Problem::other(status, code, title, detail, retryable)
 }
 
 impl IntoResponse for TxError {

@@ -62,14 +62,7 @@ pub(crate) fn code_response(
 /// A problem outside the core's codes (the request body could not be read, the layer is
 /// missing): `urn:oncely:problem:<code>`, not retryable.
 pub(crate) fn custom_problem(status: u16, code: &str, title: &str, detail: &str) -> Problem {
-    Problem {
-        type_uri: format!("urn:oncely:problem:{code}"),
-        title: title.to_owned(),
-        status,
-        detail: detail.to_owned(),
-        code: code.to_owned(),
-        retryable: false,
-    }
+    Problem::other(status, code, title, detail, false)
 }
 
 #[cfg(test)]

@@ -364,18 +364,13 @@ where
             // Registered for a graceful shutdown until the handler's task ends.
             let running = config.drain.register(ctx.id.clone(), ctx.token);
             let req = Request::from_parts(parts, full_body(body));
-            // The claimed request runs on its own task: a client that disconnects or times out
-            // must not cancel a handler in the middle of its side effects (an outside call that
-            // may have succeeded) and leave the key locked until its lease lapses. The handler
-            // runs to completion and its response is stored for the client's retry.
-            match spawn_execute(Arc::clone(&config), inner, req, ctx, running).await {
-                Ok(result) => result,
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(e) => {
-                    tracing::error!(error = %e, "the request task was cancelled");
-                    Ok(unavailable(&config))
-                }
-            }
+            // A client that disconnects or times out must not cancel a claimed handler in the
+            // middle of its side effects (an outside call that may have succeeded) and leave the
+            // key locked until its lease lapses: the handler runs to completion and its response
+            // is stored for the client's retry. It runs inline on the request's own task (no
+            // hand-off to another task on the hot path) and moves to a task of its own only if
+            // this future is dropped before it ends (see `Detached`).
+            detached_execute(Arc::clone(&config), inner, req, ctx, running).await
         }
         ClaimOutcome::InFlight { lease_expires_at } => {
             Ok(in_flight(&config, &id, fingerprint, lease_expires_at).await)
@@ -625,22 +620,22 @@ fn accepted(id: &RecordKey, url: &str, retry_after: u64) -> Response<Body> {
     res
 }
 
-/// The handle of a claimed request's task.
-type TaskFuture<E> = std::pin::Pin<
-    Box<
-        dyn std::future::Future<Output = Result<Result<Response<Body>, E>, tokio::task::JoinError>>
-            + Send,
-    >,
->;
+/// A claimed request's execution, boxed as `dyn Future + Send` so that the caller's future need
+/// not re-prove `Send` for its output (a rustc limitation with higher-ranked lifetimes in async
+/// fns).
+type Execution<E> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<Body>, E>> + Send>>;
 
-/// [`execute`] on its own task (see the caller for why).
-fn spawn_execute<S, ResBody>(
+/// [`execute`], polled inline by the request's future, detached onto a task of its own if that
+/// future is dropped first (see the caller for why). The execution keeps the request's tracing
+/// span, so its logs (and the handler's) say which request they belong to.
+fn detached_execute<S, ResBody>(
     config: Arc<Config>,
     inner: S,
     req: Request<Body>,
     ctx: IdempotencyContext,
     running: crate::drain::Running,
-) -> TaskFuture<S::Error>
+) -> Detached<Result<Response<Body>, S::Error>>
 where
     S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send + 'static,
@@ -648,18 +643,65 @@ where
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    // Boxed as `dyn Future + Send` so that the caller's future need not re-prove `Send` for
-    // the task's output (a rustc limitation with higher-ranked lifetimes in async fns).
-    // The task keeps the request's tracing span, so its logs (and the handler's) say which
-    // request they belong to.
-    Box::pin(tokio::spawn(
+    let execution: Execution<S::Error> = Box::pin(
         async move {
             let res = execute(&config, inner, req, &ctx).await;
+            // Registered for a graceful shutdown until the execution ends, wherever it runs.
             drop(running);
             res
         }
         .in_current_span(),
-    ))
+    );
+    Detached(Some(execution))
+}
+
+/// A future that runs its execution to completion even when it is dropped: polled in place
+/// while its owner polls it, and handed to `tokio::spawn` (its output discarded: the layer has
+/// already stored or released the record by then) when its owner drops it unfinished, for
+/// example because hyper dropped the connection of a client that went away.
+///
+/// This gives the cancellation safety of running every claimed request on its own task without
+/// paying for that task's hand-offs (a spawn, a wake-up of the task and one of the waiting
+/// request per execution) on every request: issue 11 measured those hand-offs as most of what
+/// the layer cost beyond its statements.
+struct Detached<T: Send + 'static>(
+    Option<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>,
+);
+
+impl<T: Send + 'static> std::future::Future for Detached<T> {
+    type Output = T;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<T> {
+        let Some(execution) = self.0.as_mut() else {
+            panic!("Detached polled after it completed");
+        };
+        let out = std::task::ready!(execution.as_mut().poll(cx));
+        self.0 = None;
+        std::task::Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        let Some(execution) = self.0.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = execution.await;
+                });
+            }
+            // No runtime to finish it on (the runtime itself is shutting down): the claim
+            // stays in flight and a retry takes it over when its lease lapses.
+            Err(_) => tracing::warn!(
+                "a claimed request was dropped unfinished outside a tokio runtime; its key stays in flight until its lease lapses"
+            ),
+        }
+    }
 }
 
 /// Runs the claimed request, then completes or releases its record.

@@ -6,7 +6,8 @@
 //! `Retry-After`) otherwise, so that a load balancer sends keyed writes only where they can
 //! be claimed.
 
-use super::{App, problem};
+use super::App;
+use super::problems::problem;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -29,7 +30,7 @@ pub async fn readyz(State(app): State<App>) -> Response {
         Ok(k) => RecordKey::new(Scope::new("oncely-readiness-probe"), k),
         Err(_) => unreachable!("a constant valid key"),
     };
-    let answer = tokio::time::timeout(PROBE_TIMEOUT, app.inner.store.get(&probe)).await;
+    let answer = tokio::time::timeout(PROBE_TIMEOUT, app.store().get(&probe)).await;
     let detail = match answer {
         Ok(Ok(_)) => return Json(json!({"status": "ready", "store": "answers"})).into_response(),
         Ok(Err(e)) => {

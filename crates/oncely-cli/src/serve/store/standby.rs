@@ -9,8 +9,8 @@
 //! the connection with a backoff from 500 milliseconds up to 5 seconds, logging the first
 //! failure and then every tenth, and swaps the real store in once it answers.
 
-use super::db::Db;
 use super::{Backend, Opened};
+use crate::serve::db::Db;
 use anyhow::Result;
 use async_trait::async_trait;
 use oncely_core::{

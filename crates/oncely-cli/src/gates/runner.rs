@@ -1,0 +1,77 @@
+//! The runner: checks the configuration, sets up the environment, runs the chosen gates in
+//! [`Gate::ALL`] order and hands each verdict to the [`report`](super::report).
+
+use super::child;
+use super::env::Env;
+use super::report::Report;
+use super::{Gate, GateResult, GatesConfig};
+use crate::serve::StoreUrl;
+use anyhow::{Context as _, Result, bail};
+use serde_json::json;
+use std::time::Instant;
+
+/// The gates `only` names (all of them when empty), in run order.
+fn chosen(only: &[String]) -> Result<Vec<Gate>> {
+    if let Some(bad) = only.iter().find(|o| Gate::from_name(o).is_none()) {
+        let names: Vec<&str> = Gate::ALL.iter().map(|g| g.name()).collect();
+        let expected = match names.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        bail!("unknown gate {bad:?}: expected {expected}");
+    }
+    Ok(Gate::ALL
+        .into_iter()
+        .filter(|g| only.is_empty() || only.iter().any(|o| o == g.name()))
+        .collect())
+}
+
+/// Runs the chosen gates; returns whether all passed.
+///
+/// # Errors
+///
+/// A setup error (exit 2): an unknown gate, `-n 0`, a store that cannot be used or does not
+/// outlive a process, a processor that does not start. A gate that fails is not an error.
+pub async fn run(cfg: GatesConfig) -> Result<bool> {
+    child::resolve_executable()?;
+    let dir = tempfile::tempdir().context("make a temporary directory")?;
+    let store = match &cfg.store {
+        Some(s) => s.clone(),
+        None => StoreUrl::Sqlite(dir.path().join("oncely.sqlite3").display().to_string()),
+    };
+    let instances = cfg.instances.unwrap_or(match store {
+        StoreUrl::Postgres(_) => 3,
+        _ => 1,
+    });
+    let gates = chosen(&cfg.only)?;
+    if cfg.concurrency == 0 {
+        bail!("-n must be at least 1 (it is the number of concurrent identical requests)");
+    }
+    if matches!(store, StoreUrl::Postgres(_) | StoreUrl::Redis(_)) {
+        // A store that cannot be reached is a setup error (exit 2), not a failed gate.
+        crate::serve::open_store(&store)
+            .await
+            .with_context(|| format!("the key store {store} cannot be used"))?;
+    }
+    if store == StoreUrl::Memory {
+        bail!(
+            "the gates restart servers, so they need a store that outlives a process: use a file path, postgres://…, redis://… or redis+cluster://…"
+        );
+    }
+    let env = Env::start(store.clone(), dir, instances, cfg.json).await?;
+    let started = Instant::now();
+    let mut report = Report::new(store, cfg.json, env.progress.clone());
+    for gate in gates {
+        let t = Instant::now();
+        let mut r = gate.run(&env, &cfg).await.unwrap_or_else(|e| GateResult {
+            name: gate.title().into(),
+            passed: false,
+            summary: format!("could not run: {e:#}"),
+            details: json!({"error": format!("{e:#}")}),
+        });
+        r.details["seconds"] = json!(t.elapsed().as_secs_f64());
+        report.push(r);
+    }
+    report.finish(started.elapsed())
+}

@@ -1,0 +1,181 @@
+//! The server's shared state ([`App`]): the key store, the business database, the outside
+//! systems' client, the policy, and the counters `/metrics` shows.
+
+use super::db::Db;
+use super::store::Opened;
+use anyhow::{Context as _, Result};
+use oncely_core::{KeyStore, Policy};
+use oncely_tower::Metrics;
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The server's shared state.
+#[derive(Clone)]
+pub struct App {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn KeyStore>,
+    db: Db,
+    http: reqwest::Client,
+    processor_url: String,
+    crash_after: Option<String>,
+    policy: Policy,
+    metrics: Arc<Metrics>,
+    drain: Option<oncely_tower::Drain>,
+    payments_created: AtomicU64,
+    reaped: AtomicU64,
+    orphaned: AtomicU64,
+}
+
+/// What `/metrics` counts beside the layer's own metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Counts {
+    /// Payments this process created (first executions).
+    pub payments_created: u64,
+    /// Records past retention the in-process reaper deleted.
+    pub reaped: u64,
+    /// Of those, records still in flight (abandoned, never finished).
+    pub orphaned: u64,
+}
+
+impl App {
+    /// The state over `opened`: `processor_url` is the outside systems' base URL, `crash_after`
+    /// the `--crash-after` recovery point, `metrics` and `drain` the layer's (`drain` is `None`
+    /// without the layer).
+    ///
+    /// # Errors
+    ///
+    /// The HTTP client for the outside systems cannot be built.
+    pub fn new(
+        opened: &Opened,
+        processor_url: &str,
+        crash_after: Option<String>,
+        policy: Policy,
+        metrics: Arc<Metrics>,
+        drain: Option<oncely_tower::Drain>,
+    ) -> Result<Self> {
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store: opened.store.clone(),
+                db: opened.db.clone(),
+                http: reqwest::Client::builder()
+                    .timeout(Duration::from_secs(10))
+                    .build()?,
+                processor_url: processor_url.trim_end_matches('/').to_owned(),
+                crash_after,
+                policy,
+                metrics,
+                drain,
+                payments_created: AtomicU64::new(0),
+                reaped: AtomicU64::new(0),
+                orphaned: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The business database.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// The key store.
+    pub fn store(&self) -> Arc<dyn KeyStore> {
+        self.inner.store.clone()
+    }
+
+    /// The idempotency policy the server runs with.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// The idempotency layer's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The layer's graceful-shutdown handle (`None` without the layer).
+    pub fn drain(&self) -> Option<oncely_tower::Drain> {
+        self.inner.drain.clone()
+    }
+
+    /// What this process counted so far.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            payments_created: self.inner.payments_created.load(Ordering::Relaxed),
+            reaped: self.inner.reaped.load(Ordering::Relaxed),
+            orphaned: self.inner.orphaned.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts a payment this process created.
+    pub fn payment_created(&self) {
+        self.inner.payments_created.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Kills the process with SIGKILL if `--crash-after` names this recovery point (testing
+    /// only): no destructor runs, nothing is flushed, exactly like a machine dying.
+    pub fn crash_point(&self, name: &str) {
+        if self.inner.crash_after.as_deref() == Some(name) {
+            eprintln!("oncely: --crash-after {name}: killing this process now, as asked");
+            #[cfg(unix)]
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            std::process::abort();
+        }
+    }
+
+    /// Calls an outside system with a derived idempotency key; returns the status and JSON body.
+    pub async fn outside_call(&self, path: &str, key: &str, body: Value) -> Result<(u16, Value)> {
+        let resp = self
+            .inner
+            .http
+            .post(format!("{}/{path}", self.inner.processor_url))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("call the outside system at /{path}"))?;
+        let status = resp.status().as_u16();
+        let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+        Ok((status, body))
+    }
+
+    /// Runs the reaper in this process every `every` (the first pass after one `every`),
+    /// counting what it deletes for `/metrics`.
+    ///
+    /// Not [`oncely_core::jobs::Reaper`]: that one runs a pass at start and reports its totals
+    /// only when it stops, while `/metrics` shows them as they grow.
+    pub fn spawn_reaper(&self, every: Duration) {
+        let app = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match oncely_core::jobs::reap_all(
+                    &*app.inner.store,
+                    1000,
+                    oncely_core::jobs::DEFAULT_REAP_PAUSE,
+                )
+                .await
+                {
+                    Ok(r) => {
+                        app.inner.reaped.fetch_add(r.deleted, Ordering::Relaxed);
+                        app.inner.orphaned.fetch_add(r.orphaned, Ordering::Relaxed);
+                        if r.deleted > 0 {
+                            tracing::info!(
+                                deleted = r.deleted,
+                                orphaned = r.orphaned,
+                                "reaped records past retention"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the reaper could not reach the key store")
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,91 @@
+//! `GET /v1/idempotency-keys/{key}`: the state of the caller's key (absent, in flight and
+//! whether suspended, or complete and until when it replays).
+
+use crate::serve::App;
+use crate::serve::problems::{internal, not_executed};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use oncely_core::{Clock, IdempotencyKey, RecordKey, RecordState, Scope, SystemClock};
+use serde_json::json;
+
+/// `GET /v1/idempotency-keys/{key}`: the state of the caller's key.
+pub async fn key_state(
+    State(app): State<App>,
+    Extension(scope): Extension<Scope>,
+    key: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    let invalid = |detail: String| {
+        not_executed(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_invalid",
+            detail,
+            json!({}),
+        )
+    };
+    let Ok(Path(key)) = key else {
+        return invalid("the key in the path is not valid UTF-8 (keys are visible ASCII)".into());
+    };
+    // A path segment is taken as is: the header's syntax (surrounding spaces, a quoted form)
+    // does not apply, so a key with a space is invalid, never another key.
+    if let Some(b) = key.bytes().find(|b| !b.is_ascii_graphic()) {
+        return invalid(format!(
+            "the key contains the byte 0x{b:02x}, which is not a visible ASCII character (a key is 1 to 255 visible ASCII characters)"
+        ));
+    }
+    let key = match IdempotencyKey::new(&key) {
+        Ok(k) => k,
+        Err(e) => {
+            let detail = e
+                .to_string()
+                .replace("the Idempotency-Key header is", "the key is");
+            return invalid(format!(
+                "{detail} (a key is 1 to 255 visible ASCII characters)"
+            ));
+        }
+    };
+    let window = oncely_core::clock::duration_millis(app.policy().replay_window);
+    let now = SystemClock.now_millis();
+    let rec = match app.store().get(&RecordKey::new(scope, key.clone())).await {
+        Ok(r) => r,
+        Err(e) => return internal(anyhow::anyhow!(e)),
+    };
+    let body = match rec {
+        None => json!({"key": key.as_str(), "state": "absent"}),
+        Some(r) => match r.state {
+            RecordState::Released => json!({"key": key.as_str(), "state": "absent"}),
+            RecordState::Complete {
+                completed_at,
+                response,
+            } if completed_at + window > now => json!({
+                "key": key.as_str(), "state": "complete", "status": response.status,
+                "completed_at": completed_at, "replays_until": completed_at + window,
+            }),
+            RecordState::Complete { completed_at, .. } => json!({
+                "key": key.as_str(), "state": "absent", "completed_at": completed_at,
+                "note": "the replay window has passed: reusing this key starts a new request",
+            }),
+            // Suspended: the request stopped at its recovery point (an outside system failed,
+            // or its server shut down) and its lease was cut short, or its owner died and the
+            // lease lapsed. Nobody is working on it: the next retry (or the completer) takes
+            // it over at once and resumes.
+            RecordState::InFlight {
+                lease_expires_at,
+                recovery_point,
+            } if lease_expires_at <= now => json!({
+                "key": key.as_str(), "state": "in_flight", "suspended": true,
+                "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
+                "note": "no request is working on this key: retry the same request with the same key to resume it from its recovery point",
+            }),
+            RecordState::InFlight {
+                lease_expires_at,
+                recovery_point,
+            } => json!({
+                "key": key.as_str(), "state": "in_flight", "suspended": false,
+                "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
+            }),
+        },
+    };
+    Json(body).into_response()
+}

@@ -1,0 +1,325 @@
+//! `POST /v1/payments`, built with Oncely the way a user would build it: a multi-step request split into atomic phases at each outside call:
+//!
+//! | phase | commits together | then |
+//! |---|---|---|
+//! | 1 | the claim, the payment row (`pending`), step [`PaymentStep::Recorded`] | charge at the card processor |
+//! | 2 | the charge (`succeeded`), step [`PaymentStep::Charged`]; or, declined, the stored `402` | send the receipt through the mailer |
+//! | 3 | the receipt id and the stored `201` | — |
+//!
+//! Each handler takes an [`oncely_sqlx::Tx`] that already holds its claim; a failed step rolls
+//! back ([`TxError`] renders the answer), and a retry after a crash resumes at the last committed
+//! step ([`Tx::resume_from`]). Each outside call carries an idempotency key derived from ours
+//! ([`oncely_sqlx::derived_key`]), so a resumed request never repeats an outside call whose step
+//! committed, and even a repeated call is collapsed by the outside system.
+//!
+//! The file reads in the order a request runs: the steps, the handler (check the body), the
+//! phases (`run_payment`), the answers, then the body's validation.
+
+use super::Failure;
+use super::body::{invalid, parse_json, require_json};
+use super::json_response;
+use crate::serve::db::{BusinessDb, NewPayment, Payment};
+use crate::serve::{App, problems};
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use oncely_core::problem::PROBLEM_JSON;
+use oncely_core::{Clock, Problem, Scope, SystemClock};
+use oncely_sqlx::{SqlStore, Tx, TxError};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Where a payment stands: its typed recovery point. Every step carries the payment's id, so a
+/// resumed request finds its own row even when an earlier request with the same key (before the
+/// replay window ended) left one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum PaymentStep {
+    /// The payment row is recorded (`pending`); next, the charge.
+    Recorded {
+        /// The payment's id.
+        payment: String,
+    },
+    /// The charge succeeded and is recorded; next, the receipt.
+    Charged {
+        /// The payment's id.
+        payment: String,
+    },
+}
+
+impl PaymentStep {
+    fn payment(&self) -> &str {
+        match self {
+            Self::Recorded { payment } | Self::Charged { payment } => payment,
+        }
+    }
+}
+
+/// `POST /v1/payments`, for any store the server runs on.
+pub async fn create_payment<S>(
+    State(app): State<App>,
+    Extension(scope): Extension<Scope>,
+    headers: HeaderMap,
+    tx: Tx<S>,
+    body: Bytes,
+) -> Response
+where
+    S: SqlStore,
+    S::Database: BusinessDb,
+{
+    if let Err(resp) = require_json(&headers) {
+        return resp;
+    }
+    let req = match validate_payment(&body) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    run_payment(&app, &scope, tx, &req)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// How far a payment got, by what its row shows (a step whose writes a split store's crash
+/// lost counts as not done).
+fn done(payment: Option<&Payment>) -> u8 {
+    match payment {
+        None => 0,
+        Some(p) if p.receipt_id.is_some() => 3,
+        Some(p) if p.charge_id.is_some() || p.status == "declined" => 2,
+        Some(_) => 1,
+    }
+}
+
+/// The three phases of a valid payment request (see the [module docs](self)).
+async fn run_payment<S>(
+    app: &App,
+    scope: &Scope,
+    mut tx: Tx<S>,
+    req: &ValidPayment,
+) -> Result<Response, Failure>
+where
+    S: SqlStore,
+    S::Database: BusinessDb,
+{
+    let scope = scope.as_str();
+    let key = tx.id().key.as_str().to_owned();
+    let step = tx.resume_from::<PaymentStep>()?;
+    let id = step.as_ref().map_or_else(
+        || format!("pay_{}", uuid::Uuid::now_v7().simple()),
+        |s| s.payment().to_owned(),
+    );
+    // Only a resumed request has a row to read: a fresh one costs no read.
+    let mut payment = match &step {
+        Some(_) => S::Database::payment(&mut tx, scope, &id).await?,
+        None => None,
+    };
+
+    // Phase 1: the payment row, committed with the claim and the intent (its id), so a retry
+    // after a crash resumes with the same payment, never a second one.
+    if payment.is_none() {
+        let p = NewPayment {
+            id: &id,
+            scope,
+            key: &key,
+            amount: req.amount,
+            currency: &req.currency,
+            source: &req.source,
+            description: req.description.as_deref(),
+            created_at: SystemClock.now_millis(),
+        };
+        S::Database::insert_payment(&mut tx, &p).await?;
+        payment = Some(Payment {
+            id: id.clone(),
+            amount: p.amount,
+            currency: p.currency.to_owned(),
+            status: "pending".into(),
+            charge_id: None,
+            description: p.description.map(str::to_owned),
+            source: p.source.to_owned(),
+            receipt_id: None,
+            created_at: p.created_at,
+        });
+    }
+    let mut payment = payment.expect("read or recorded above");
+    let progress = done(Some(&payment));
+    if progress == 2 && payment.status == "declined" {
+        // Declined, and the answer was not stored before a crash: answer the decline.
+        return Ok(tx.commit(declined(&payment)).await?);
+    }
+    // Commit phase 1 (on a takeover this also commits the new claim) before the outside call.
+    let recorded = step.clone().unwrap_or(PaymentStep::Recorded {
+        payment: id.clone(),
+    });
+    let between = tx.checkpoint(&recorded).await?;
+    if step.is_none() {
+        app.crash_point("payment_recorded");
+    }
+    let metadata = json!({"account": scope, "idempotency_key": key, "payment": id});
+
+    // Phase 2: charge the card (the processor collapses repeats of our derived key).
+    if progress < 2 {
+        let charge = app
+            .outside_call(
+                "charges",
+                &oncely_sqlx::derived_key(between.id(), &id, "charge"),
+                json!({"amount": payment.amount, "currency": payment.currency, "source": payment.source, "metadata": metadata}),
+            )
+            .await
+            .map_err(|e| Failure::Upstream(format!("{e:#}")))?;
+        let mut tx = between.begin().await?;
+        if charge.0 == 402 {
+            S::Database::set_charge(&mut tx, scope, &id, None, "declined").await?;
+            payment.status = "declined".into();
+            let resp = tx.commit(declined(&payment)).await?;
+            app.crash_point("response_stored");
+            return Ok(resp);
+        }
+        if charge.0 != 201 {
+            return Err(Failure::Upstream(format!(
+                "the card processor answered {}",
+                charge.0
+            )));
+        }
+        let charge_id = charge.1["id"].as_str().unwrap_or_default().to_owned();
+        S::Database::set_charge(&mut tx, scope, &id, Some(&charge_id), "succeeded").await?;
+        tx.checkpoint(&PaymentStep::Charged {
+            payment: id.clone(),
+        })
+        .await?;
+        app.crash_point("charge_created");
+        payment.charge_id = Some(charge_id);
+        payment.status = "succeeded".into();
+    }
+
+    // Phase 3: send the receipt, then record it with the stored response (one commit).
+    let mut tx = between.begin().await?;
+    if progress < 3 {
+        let email = app
+            .outside_call(
+                "emails",
+                &oncely_sqlx::derived_key(between.id(), &id, "receipt"),
+                json!({"to": scope, "subject": format!("Receipt for {id}"), "payment": id, "metadata": metadata}),
+            )
+            .await
+            .map_err(|e| Failure::Upstream(format!("{e:#}")))?;
+        if email.0 != 202 {
+            return Err(Failure::Upstream(format!(
+                "the mailer answered {}",
+                email.0
+            )));
+        }
+        let receipt_id = email.1["id"].as_str().unwrap_or_default().to_owned();
+        S::Database::set_receipt(&mut tx, scope, &id, &receipt_id).await?;
+        payment.receipt_id = Some(receipt_id);
+    }
+    let resp = tx
+        .commit(json_response(
+            StatusCode::CREATED,
+            &serde_json::to_value(&payment).map_err(TxError::from)?,
+            Some(format!("/v1/payments/{id}")),
+        ))
+        .await?;
+    app.crash_point("receipt_sent");
+    app.crash_point("response_stored");
+    app.payment_created();
+    Ok(resp)
+}
+
+/// The answer to a declined card: a problem+json that is a result (stored and replayed).
+fn declined(payment: &Payment) -> Response {
+    let p = Problem::other(
+        402,
+        "card_declined",
+        "Card declined",
+        "the card processor declined the charge",
+        false,
+    )
+    .with_extension("payment", json!(payment));
+    // Stored and replayed as is: no x-should-retry here (the edge adds it, from `retryable`).
+    (
+        StatusCode::PAYMENT_REQUIRED,
+        [(header::CONTENT_TYPE, PROBLEM_JSON)],
+        problems::body(&p),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PaymentRequest {
+    #[serde(default)]
+    amount: Value,
+    #[serde(default)]
+    currency: Value,
+    #[serde(default)]
+    source: Value,
+    #[serde(default)]
+    description: Option<Value>,
+}
+
+struct ValidPayment {
+    amount: i64,
+    currency: String,
+    source: String,
+    description: Option<String>,
+}
+
+#[allow(clippy::result_large_err)]
+fn validate_payment(body: &Bytes) -> Result<ValidPayment, Response> {
+    let req: PaymentRequest = parse_json(body)?;
+    let mut errors = Vec::new();
+    // An integer; 1999.0 and 1.999e3 are the same JSON number (and the same fingerprint), so
+    // they are accepted as 1999 too.
+    let amount = req
+        .amount
+        .as_i64()
+        .or_else(|| {
+            req.amount
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                .map(|f| f as i64)
+        })
+        .filter(|a| *a > 0 && *a <= 99_999_999_999);
+    if amount.is_none() {
+        errors.push(json!({"field": "amount", "detail": "an integer number of minor units, 1 to 99999999999"}));
+    }
+    let currency = req
+        .currency
+        .as_str()
+        .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))
+        .map(str::to_ascii_uppercase);
+    if currency.is_none() {
+        errors.push(json!({"field": "currency", "detail": "an ISO 4217 code of three letters, e.g. \"EUR\""}));
+    }
+    let source = req
+        .source
+        .as_str()
+        .filter(|s| !s.is_empty() && s.chars().count() <= 255)
+        .map(str::to_owned);
+    if source.is_none() {
+        errors.push(json!({"field": "source", "detail": "a card token, 1 to 255 characters"}));
+    }
+    let description = match req.description {
+        None | Some(Value::Null) => Some(None),
+        Some(Value::String(s)) if s.chars().count() <= 1000 => Some(Some(s)),
+        Some(_) => {
+            errors.push(
+                json!({"field": "description", "detail": "a string of at most 1000 characters"}),
+            );
+            None
+        }
+    };
+    match (amount, currency, source, description) {
+        (Some(amount), Some(currency), Some(source), Some(description)) if errors.is_empty() => {
+            Ok(ValidPayment {
+                amount,
+                currency,
+                source,
+                description,
+            })
+        }
+        _ => Err(invalid(errors)),
+    }
+}
