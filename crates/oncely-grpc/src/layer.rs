@@ -164,15 +164,14 @@ where
 }
 
 fn streaming_unsupported(path: &str) -> Response<Body> {
-    let problem = Problem {
-        type_uri: format!("urn:oncely:problem:{STREAMING_UNSUPPORTED}"),
-        title: "Idempotency key on a streaming method".to_owned(),
-        status: 501,
-        detail: format!(
+    let problem = Problem::other(
+        501,
+        STREAMING_UNSUPPORTED,
+        "Idempotency key on a streaming method",
+        format!(
             "{path} streams its requests, and such a call cannot be made idempotent: nothing was executed. Call it without an idempotency-key"
         ),
-        code: STREAMING_UNSUPPORTED.to_owned(),
-        retryable: false,
-    };
+        false,
+    );
     GrpcDialect.render(&problem, None)
 }
