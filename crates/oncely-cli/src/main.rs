@@ -125,7 +125,7 @@ enum Command {
     /// (crates/oncely-grpc/proto/oncely/payments/v1/payments.proto), HTTP/2 without TLS at the
     /// same address (h2c, what a gRPC client sends to an http:// address), routed by path
     /// (/oncely.payments.v1.Payments/CreatePayment and /GetPayment). CreatePayment requires the
-    /// idempotency-key metadata entry and the caller's Authorization: Bearer <account>, and
+    /// idempotency-key metadata entry and the caller's Authorization: Bearer ACCOUNT, and
     /// shares the store and the payment flow with POST /v1/payments. Its statuses and the A6
     /// retry policy for stock clients: `oncely contract`, "gRPC".
     Serve {

@@ -13,7 +13,7 @@
 //! commits with the request's last phase, so it is built here, bytes and trailers, with
 //! [`oncely_grpc::unary`] instead of by a tonic-generated server. The idempotency layer is the
 //! REST one (same store, claimer, policy, metrics and drain) in its gRPC form,
-//! [`GrpcIdempotencyLayer`](oncely_grpc::GrpcIdempotencyLayer).
+//! [`GrpcIdempotencyLayer`].
 
 use crate::serve::App;
 use crate::serve::db::{BusinessDb, Payment};
