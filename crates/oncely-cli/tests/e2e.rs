@@ -366,12 +366,22 @@ fn gates(args: &[&str]) -> Value {
     report
 }
 
-/// The three gates' key measurements: one payment and one charge for N concurrent identical
-/// requests, no repeated outside call after crashes, no duplicate side effect in the fleet.
+/// The gates' key measurements: one payment and one charge for N concurrent identical
+/// requests, no repeated outside call after crashes, no duplicate side effect in the fleet; and
+/// the same over gRPC.
 fn assert_all_gates_pass(report: &Value) {
     assert_eq!(report["passed"], true, "{report:#}");
     let gates = report["gates"].as_array().unwrap();
-    assert_eq!(gates.len(), 3);
+    assert_eq!(gates.len(), 5);
+    assert_eq!(gates[3]["name"], "grpc concurrency");
+    assert_eq!(gates[3]["details"]["charge_executions"], 1);
+    assert_eq!(gates[3]["details"]["payments"], 1);
+    assert_eq!(
+        gates[3]["details"]["other"].as_array().map(Vec::len),
+        Some(0)
+    );
+    assert_eq!(gates[4]["name"], "grpc crash recovery");
+    assert_eq!(gates[4]["details"]["repeated_outside_calls"], 0);
     assert_eq!(gates[0]["details"]["charge_executions"], 1);
     assert_eq!(gates[0]["details"]["payments"], 1);
     assert_eq!(

@@ -85,6 +85,7 @@ pub fn tricky_response() -> StoredResponse {
         ],
         body: vec![b'{', 0, 1, 2, 0xff, b'}'],
         body_retained: true,
+        trailers: Vec::new(),
     }
 }
 
@@ -274,6 +275,7 @@ where
         headers: vec![],
         body: b"stale".to_vec(),
         body_retained: true,
+        trailers: Vec::new(),
     };
     assert!(matches!(
         store
@@ -553,19 +555,23 @@ where
             headers: vec![],
             body: vec![],
             body_retained: true,
+            trailers: Vec::new(),
         },
         StoredResponse {
             status: 200,
             headers: vec![("content-type".into(), b"application/octet-stream".to_vec())],
             body: (0..=255u8).cycle().take(300_000).collect(),
             body_retained: true,
+            trailers: Vec::new(),
         },
         StoredResponse {
             status: 201,
             headers: vec![("content-type".into(), b"text/event-stream".to_vec())],
             body: vec![],
             body_retained: false,
+            trailers: Vec::new(),
         },
+        grpc_response(),
     ];
     for resp in cases {
         let id = fresh_id();
@@ -578,7 +584,84 @@ where
             ClaimOutcome::Replay { response, .. } => assert_eq!(response, resp),
             other => panic!("expected a replay, got {other:?}"),
         }
+        match store.get(&id).await.unwrap().map(|r| r.state) {
+            Some(RecordState::Complete { response, .. }) => assert_eq!(response, resp),
+            other => panic!("expected a complete record, got {other:?}"),
+        }
     }
+}
+
+/// A gRPC response as the layer stores it: a framed message body and the status in trailers,
+/// repeated and non-UTF-8 trailer bytes included.
+pub fn grpc_response() -> StoredResponse {
+    StoredResponse {
+        status: 200,
+        headers: vec![("content-type".into(), b"application/grpc".to_vec())],
+        body: vec![0, 0, 0, 0, 3, 0x0a, 0x01, 0xff],
+        body_retained: true,
+        trailers: vec![
+            ("grpc-status".into(), b"0".to_vec()),
+            ("grpc-message".into(), b"caf%C3%A9".to_vec()),
+            ("grpc-status-details-bin".into(), b"CAMSBWhlbGxv".to_vec()),
+            ("x-trailer".into(), vec![0x80, b'a']),
+            ("x-trailer".into(), b"second".to_vec()),
+        ],
+    }
+}
+
+/// A completed record whose headers column was written before responses kept trailers (by
+/// `overwrite`, the backend's own SQL or Redis command, given the record and
+/// [`legacy_headers_column`]) still reads and replays, with its headers and no trailers; and a
+/// response with trailers completed next to it keeps them.
+///
+/// # Panics
+///
+/// When the store fails or answers otherwise (this is a test).
+pub async fn legacy_record_still_replays<S: KeyStore>(
+    store: &S,
+    overwrite: impl AsyncFnOnce(&RecordKey, Vec<u8>),
+) {
+    let id = fresh_id();
+    let c = expect_claimed(store.claim(claim_req(&id, "{}")).await.unwrap());
+    let mut old = tricky_response();
+    store
+        .complete(&id, c.token, old.clone(), RETENTION)
+        .await
+        .unwrap();
+    let (column, headers) = legacy_headers_column();
+    overwrite(&id, column).await;
+    old.headers = headers;
+    match store.claim(claim_req(&id, "{}")).await.unwrap() {
+        ClaimOutcome::Replay { response, .. } => {
+            assert_eq!(response, old);
+            assert!(response.trailers.is_empty());
+        }
+        other => panic!("expected a replay of the legacy record, got {other:?}"),
+    }
+    let grpc = fresh_id();
+    let c = expect_claimed(store.claim(claim_req(&grpc, "{}")).await.unwrap());
+    store
+        .complete(&grpc, c.token, grpc_response(), RETENTION)
+        .await
+        .unwrap();
+    match store.claim(claim_req(&grpc, "{}")).await.unwrap() {
+        ClaimOutcome::Replay { response, .. } => assert_eq!(response, grpc_response()),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+}
+
+/// A headers column as every store wrote it before responses kept trailers, in the oldest
+/// form (every value an array of byte values), and the headers it decodes to. Each backend's
+/// tests write it into a completed record with their own SQL or Redis command and check that
+/// the record still reads and replays, with no trailers.
+pub fn legacy_headers_column() -> (Vec<u8>, Vec<(String, Vec<u8>)>) {
+    let headers = vec![
+        ("content-type".to_owned(), b"application/json".to_vec()),
+        ("x-multi".to_owned(), b"1".to_vec()),
+        ("x-multi".to_owned(), b"2".to_vec()),
+    ];
+    let column = serde_json::to_vec(&headers).expect("serializable");
+    (column, headers)
 }
 
 /// Many concurrent claims of one key: exactly one wins, every other sees it in flight; and
@@ -653,6 +736,7 @@ where
                 headers: vec![],
                 body: format!("owner {i}").into_bytes(),
                 body_retained: true,
+                trailers: Vec::new(),
             };
             (token, store.complete(&id, token, resp, RETENTION).await)
         }));

@@ -105,8 +105,9 @@ pub(crate) fn response(
         .and_then(parse_int)
         .and_then(|s| u16::try_from(s).ok())
         .ok_or_else(|| corrupt("response status"))?;
-    let headers = StoredResponse::decode_headers(headers.ok_or_else(|| corrupt("headers"))?)
-        .map_err(|e| corrupt(format!("headers: {e}")))?;
+    let (headers, trailers) =
+        StoredResponse::decode_header_fields(headers.ok_or_else(|| corrupt("headers"))?)
+            .map_err(|e| corrupt(format!("headers: {e}")))?;
     let body = body.ok_or_else(|| corrupt("body"))?.to_vec();
     let body_retained = match retained {
         Some(b"1") => true,
@@ -118,6 +119,7 @@ pub(crate) fn response(
         headers,
         body,
         body_retained,
+        trailers,
     })
 }
 
@@ -222,6 +224,7 @@ mod tests {
                     headers: vec![("content-type".into(), b"application/json".to_vec())],
                     body: b"{}".to_vec(),
                     body_retained: true,
+                    trailers: vec![],
                 },
                 completed_at: 50,
             },

@@ -977,6 +977,7 @@ async fn every_claim_outcome_is_mapped() {
         headers: vec![("x-a".into(), b"1".to_vec()), ("x-a".into(), b"2".to_vec())],
         body: b"stored".to_vec(),
         body_retained: true,
+        trailers: Vec::new(),
     };
     let (got, calls, _, _) = run(ClaimOutcome::Replay {
         response: stored.clone(),

@@ -11,6 +11,9 @@
 //!    responses after the side effect and answers `503` with `Retry-After`, while the API server
 //!    is killed and restarted mid-run -> the number of duplicate side effects, which must be 0.
 //!
+//! 4. **gRPC concurrency** and 5. **gRPC crash recovery** ([`grpc`]): gates 1 and 2 through the
+//!    gRPC Payments service (`CreatePayment`, same port), with tonic's client.
+//!
 //! Everything runs on this machine: the processor and the API servers are child processes on
 //! free loopback ports, and the store is a fresh embedded SQLite file unless `--store` says
 //! otherwise (PostgreSQL then runs the API as 3 processes sharing it).
@@ -23,6 +26,7 @@
 //! | [`env`](mod@env) | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
 //! | [`http`] | the requests the gates make and what they keep of a response |
 //! | [`concurrency`], [`crash`], [`fleet`] | one gate each |
+//! | [`grpc`] | the concurrency and crash gates over gRPC, a file each |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |
 //! | [`child`], [`proxy`] | child processes; the fault-injecting proxy of the fleet gate |
 //!
@@ -37,6 +41,7 @@ mod concurrency;
 mod crash;
 mod env;
 mod fleet;
+mod grpc;
 mod http;
 mod proxy;
 mod report;
@@ -102,11 +107,21 @@ pub enum Gate {
     Crash,
     /// Retrying SDK clients through injected faults and a killed server ([`fleet`]).
     Fleet,
+    /// N concurrent identical gRPC calls on one key ([`grpc::concurrency`]).
+    GrpcConcurrency,
+    /// SIGKILL after each recovery point, restart, retry over gRPC ([`grpc::crash`]).
+    GrpcCrash,
 }
 
 impl Gate {
     /// Every gate, in the order they run.
-    pub const ALL: [Self; 3] = [Self::Concurrency, Self::Crash, Self::Fleet];
+    pub const ALL: [Self; 5] = [
+        Self::Concurrency,
+        Self::Crash,
+        Self::Fleet,
+        Self::GrpcConcurrency,
+        Self::GrpcCrash,
+    ];
 
     /// The name `--only` takes.
     pub fn name(self) -> &'static str {
@@ -114,6 +129,8 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash",
             Self::Fleet => "fleet",
+            Self::GrpcConcurrency => "grpc-concurrency",
+            Self::GrpcCrash => "grpc-crash",
         }
     }
 
@@ -123,6 +140,8 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash recovery",
             Self::Fleet => "fleet",
+            Self::GrpcConcurrency => "grpc concurrency",
+            Self::GrpcCrash => "grpc crash recovery",
         }
     }
 
@@ -142,6 +161,8 @@ impl Gate {
             Self::Concurrency => concurrency::run(env, cfg).await,
             Self::Crash => crash::run(env, cfg).await,
             Self::Fleet => fleet::run(env, cfg).await,
+            Self::GrpcConcurrency => grpc::concurrency::run(env, cfg).await,
+            Self::GrpcCrash => grpc::crash::run(env, cfg).await,
         }
     }
 }

@@ -9,7 +9,7 @@
 use super::db::BusinessDb;
 use super::routes::{keys, orders, payments, reads};
 use super::store::Backend;
-use super::{App, auth, health, metrics, openapi, problems, should_retry};
+use super::{App, auth, grpc, health, metrics, openapi, problems, should_retry};
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
@@ -66,19 +66,24 @@ fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
         DB: sqlx::Database + BusinessDb,
     {
         write_routes::<UnclaimedStore<DB>>()
+            .merge(grpc::routes::<UnclaimedStore<DB>>())
             .route_layer(middleware::from_fn_with_state(pool, unclaimed::<DB>))
     }
+    // REST behind the layer, gRPC behind its gRPC form: one store, one set of metrics.
+    fn layered<S>(l: IdempotencyLayer) -> Router<App>
+    where
+        S: oncely_sqlx::SqlStore,
+        S::Database: BusinessDb,
+    {
+        write_routes::<S>()
+            .route_layer(l.clone())
+            .merge(grpc::routes::<S>().route_layer(grpc::layer(l)))
+    }
     match (backend, layer) {
-        (Backend::Sqlite(_), Some(l)) => {
-            write_routes::<oncely_sqlite::SqliteStore>().route_layer(l)
-        }
+        (Backend::Sqlite(_), Some(l)) => layered::<oncely_sqlite::SqliteStore>(l),
         #[cfg(feature = "postgres")]
-        (Backend::Postgres(_), Some(l)) => {
-            write_routes::<oncely_postgres::PostgresStore>().route_layer(l)
-        }
-        (Backend::Split(_), Some(l)) => {
-            write_routes::<oncely_sqlx::Split<sqlx::Sqlite>>().route_layer(l)
-        }
+        (Backend::Postgres(_), Some(l)) => layered::<oncely_postgres::PostgresStore>(l),
+        (Backend::Split(_), Some(l)) => layered::<oncely_sqlx::Split<sqlx::Sqlite>>(l),
         (Backend::Sqlite(s), None) => plain(s.pool().clone()),
         #[cfg(feature = "postgres")]
         (Backend::Postgres(s), None) => plain(s.pool().clone()),
@@ -107,6 +112,7 @@ pub fn router(app: App, backend: &Backend, layer: Option<IdempotencyLayer>) -> R
         .route("/v1/orders", get(reads::list_orders))
         .route("/v1/orders/{id}", get(reads::get_order))
         .route("/v1/idempotency-keys/{key}", get(keys::key_state))
+        .route(grpc::GET_PAYMENT, post(grpc::get_payment))
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/healthz", get(health::healthz))
