@@ -72,9 +72,11 @@ pub use policy::{
     in_flight_retry_after_secs,
 };
 pub use problem::{ErrorCode, Problem, StatusProfile, X_SHOULD_RETRY};
-pub use record::{FencingToken, Record, RecordState, StoredRequest, StoredResponse, UnixMillis};
+pub use record::{
+    FencingToken, Record, RecordState, Redrives, StoredRequest, StoredResponse, UnixMillis,
+};
 pub use store::memory::MemoryStore;
 pub use store::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, StoreError,
-    decide,
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, RedriveNote,
+    StoreError, decide,
 };
