@@ -217,10 +217,11 @@ enum Command {
         /// Concurrent identical requests in the concurrency gate.
         #[arg(long, short = 'n', default_value_t = 200)]
         concurrency: usize,
-        /// API server processes sharing the store (default 1, or 3 with PostgreSQL).
+        /// API server processes sharing the store (default 1, or 3 with PostgreSQL; the rolling
+        /// restart gate runs at least 2).
         #[arg(long)]
         instances: Option<usize>,
-        /// Clients in the fleet gate.
+        /// Clients in the fleet and rolling restart gates.
         #[arg(long, default_value_t = 20)]
         fleet_clients: usize,
         /// Logical payments per fleet client.
@@ -229,7 +230,7 @@ enum Command {
         /// Print machine-readable JSON.
         #[arg(long)]
         json: bool,
-        /// Run only these gates: concurrency, crash, fleet (repeatable; default all).
+        /// Run only these gates: concurrency, crash, fleet, rolling (repeatable; default all).
         #[arg(long)]
         only: Vec<String>,
     },

@@ -10,6 +10,9 @@
 //! 3. **Fleet** ([`fleet`]): retrying clients (the Oncely SDK) through a proxy that drops
 //!    responses after the side effect and answers `503` with `Retry-After`, while the API server
 //!    is killed and restarted mid-run -> the number of duplicate side effects, which must be 0.
+//! 4. **Rolling restart** ([`rolling`]): retrying SDK clients keep paying while every API process
+//!    in turn gets SIGTERM (drains, exits 0) and is started again -> zero duplicate side effects,
+//!    zero lost payments, and no retry waiting on a (30-second) lease.
 //!
 //! Everything runs on this machine: the processor and the API servers are child processes on
 //! free loopback ports, and the store is a fresh embedded SQLite file unless `--store` says
@@ -22,7 +25,7 @@
 //! | [`runner`] | [`run`]: checks the configuration, sets up the [`env`](mod@env), runs the chosen gates in order |
 //! | [`env`](mod@env) | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
 //! | [`http`] | the requests the gates make and what they keep of a response |
-//! | [`concurrency`], [`crash`], [`fleet`] | one gate each |
+//! | [`concurrency`], [`crash`], [`fleet`], [`rolling`] | one gate each ([`fleet`] also holds what the fleet runs share) |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |
 //! | [`child`], [`proxy`] | child processes; the fault-injecting proxy of the fleet gate |
 //!
@@ -40,6 +43,7 @@ mod fleet;
 mod http;
 mod proxy;
 mod report;
+mod rolling;
 mod runner;
 
 use anyhow::Result;
@@ -102,11 +106,13 @@ pub enum Gate {
     Crash,
     /// Retrying SDK clients through injected faults and a killed server ([`fleet`]).
     Fleet,
+    /// Retrying SDK clients while every server is restarted in turn with SIGTERM ([`rolling`]).
+    Rolling,
 }
 
 impl Gate {
     /// Every gate, in the order they run.
-    pub const ALL: [Self; 3] = [Self::Concurrency, Self::Crash, Self::Fleet];
+    pub const ALL: [Self; 4] = [Self::Concurrency, Self::Crash, Self::Fleet, Self::Rolling];
 
     /// The name `--only` takes.
     pub fn name(self) -> &'static str {
@@ -114,6 +120,7 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash",
             Self::Fleet => "fleet",
+            Self::Rolling => "rolling",
         }
     }
 
@@ -123,6 +130,7 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash recovery",
             Self::Fleet => "fleet",
+            Self::Rolling => "rolling restart",
         }
     }
 
@@ -142,6 +150,7 @@ impl Gate {
             Self::Concurrency => concurrency::run(env, cfg).await,
             Self::Crash => crash::run(env, cfg).await,
             Self::Fleet => fleet::run(env, cfg).await,
+            Self::Rolling => rolling::run(env, cfg).await,
         }
     }
 }
