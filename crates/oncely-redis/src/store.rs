@@ -569,19 +569,19 @@ impl RedisStore {
 impl RedisStore {
     /// Reads whole records by their Redis keys (pipelined on one endpoint, in parallel on a
     /// cluster, where they live in different slots); keys that no longer exist are left out.
-    async fn fetch(&self, keys: Vec<Vec<u8>>) -> Result<Vec<Record>, StoreError> {
-        if keys.is_empty() {
+    async fn fetch(&self, names: Vec<Vec<u8>>) -> Result<Vec<Record>, StoreError> {
+        if names.is_empty() {
             return Ok(Vec::new());
         }
         let rows: Vec<Fields> = if self.conn.is_cluster() {
-            futures::future::try_join_all(keys.iter().map(|k| {
+            futures::future::try_join_all(names.iter().map(|k| {
                 let mut conn = self.conn.clone();
                 self.run(async move { redis::cmd("HGETALL").arg(k).query_async(&mut conn).await })
             }))
             .await?
         } else {
             let mut pipe = redis::pipe();
-            for k in &keys {
+            for k in &names {
                 pipe.cmd("HGETALL").arg(k);
             }
             let mut conn = self.conn.clone();
@@ -589,8 +589,10 @@ impl RedisStore {
                 .await?
         };
         let mut out = Vec::with_capacity(rows.len());
-        for fields in &rows {
-            if let Some(rec) = decode::record(fields)? {
+        for (k, fields) in names.iter().zip(&rows) {
+            // The Redis key names the record (records no longer store scope and key).
+            let id = keys::parse_record_key(&self.namespace, k);
+            if let Some(rec) = decode::record(fields, id.as_ref())? {
                 out.push(rec);
             }
         }
@@ -775,7 +777,7 @@ impl KeyStore for RedisStore {
         let fields: Fields = self
             .run(async move { redis::cmd("HGETALL").arg(key).query_async(&mut conn).await })
             .await?;
-        decode::record(&fields)
+        decode::record(&fields, Some(id))
     }
 
     /// Deletes up to `batch` records whose stored retention end is at or before "now", oldest
