@@ -209,7 +209,8 @@ pub fn render(policy: &Policy) -> String {
         ),
         _ => String::new(),
     };
-    let rows: [(ErrorCode, String); 7] = [
+    let redrive = oncely_core::jobs::RedrivePolicy::default();
+    let rows: [(ErrorCode, String); 8] = [
         (ErrorCode::KeyMissing, "the write needs a key: add one".into()),
         (ErrorCode::KeyInvalid, "empty, too long, not visible ASCII, badly quoted or repeated: fix the key".into()),
         (
@@ -236,6 +237,15 @@ pub fn render(policy: &Policy) -> String {
             ErrorCode::ResponseNotRetained,
             "the request completed but its response was too large to keep: it is not re-executed; read the resource instead".into(),
         ),
+        (
+            ErrorCode::RequestNeedsAttention,
+            format!(
+                "the request with this key was abandoned part-way (its server died, or a system it calls kept failing) and the server's completer could not finish it ({} re-drives by default, pausing {} then doubling up to {}): it is marked for a person and never executed again; do not retry it, and do not retry with a new key either (it may have taken effect part-way): contact the API's operator",
+                redrive.max_attempts,
+                human(redrive.backoff_base),
+                human(redrive.backoff_cap)
+            ),
+        ),
     ];
     for (code, meaning) in rows {
         let _ = writeln!(
@@ -257,7 +267,9 @@ pub fn render(policy: &Policy) -> String {
          the stored status and `replays_until`) or `in_flight` with `suspended`: `false` while a \
          request works on it (until `lease_expires_at`), `true` when none does (it stopped at its \
          `recovery_point`, or its server died): retry the same request with the same key and it \
-         resumes at once. A server started with `--in-flight-accepted` answers an in-flight \
+         resumes at once. An in-flight key also shows the completer's `redrive_attempts`, and \
+         `needs_attention: true` (with `marked_at`) once the completer gave up on it: then a retry \
+         gets `409 idempotency_request_needs_attention` and a person must look. A server started with `--in-flight-accepted` answers an in-flight \
          duplicate `202 Accepted` with `Location` set to that URL and `Retry-After`, instead of \
          the `409` (for generated SDKs that give up on a `409` after a couple of retries; \
          {}).\n",

@@ -3,8 +3,12 @@
 use crate::serve::{StoreUrl, open_store};
 use anyhow::Result;
 use async_trait::async_trait;
-use oncely_core::jobs::{Completer, Redrive, RedriveError, complete_abandoned, reap_all};
+use oncely_core::jobs::{
+    Completer, CompleterCounters, Redrive, RedriveError, RedrivePolicy, complete_abandoned,
+    reap_all,
+};
 use oncely_core::{KeyStore, Record};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,24 +70,38 @@ impl Redrive for HttpRedrive {
     }
 }
 
-/// Starts the completer inside `oncely serve`.
+/// Starts the completer inside `oncely serve`; it stops (between records) when `shutdown`
+/// completes, e.g. when a SIGTERM starts the drain, so it never re-drives through a server that
+/// is shutting down. Returns its running totals for `/metrics`, or `None` when it could not
+/// start.
 pub fn spawn_completer(
     store: Arc<dyn KeyStore>,
     server_url: String,
     grace: Duration,
     every: Duration,
-) {
+    policy: RedrivePolicy,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Option<Arc<CompleterCounters>> {
     match HttpRedrive::new(&server_url) {
         Ok(redrive) => {
             tracing::info!(
                 grace_ms = grace.as_millis() as u64,
                 every_ms = every.as_millis() as u64,
+                max_attempts = policy.max_attempts,
+                backoff_ms = policy.backoff_base.as_millis() as u64,
+                backoff_cap_ms = policy.backoff_cap.as_millis() as u64,
                 "completer running in this process"
             );
-            Completer::new(store, Arc::new(redrive), every, grace, 100)
-                .spawn(std::future::pending());
+            let completer =
+                Completer::new(store, Arc::new(redrive), every, grace, 100).with_policy(policy);
+            let counters = completer.counters();
+            completer.spawn(shutdown);
+            Some(counters)
         }
-        Err(e) => tracing::error!(error = %e, "could not start the completer"),
+        Err(e) => {
+            tracing::error!(error = %e, "could not start the completer");
+            None
+        }
     }
 }
 
@@ -93,11 +111,12 @@ pub async fn reap(store: &StoreUrl, batch: usize) -> Result<bool> {
     let started = std::time::Instant::now();
     let report = reap_all(&*store, batch.max(1), oncely_core::jobs::DEFAULT_REAP_PAUSE).await?;
     println!(
-        "reaped {} records past retention ({} of them abandoned in flight) in {:.2} s, batches of {}",
+        "reaped {} records past retention ({} of them abandoned in flight) in {:.2} s, batches of {}; {} records are marked for a person (logged)",
         report.deleted,
         report.orphaned,
         started.elapsed().as_secs_f64(),
-        batch.max(1)
+        batch.max(1),
+        report.marked
     );
     Ok(true)
 }
@@ -108,13 +127,14 @@ pub async fn complete(
     server_url: &str,
     grace: Duration,
     limit: usize,
+    policy: RedrivePolicy,
 ) -> Result<bool> {
     let redrive = HttpRedrive::new(server_url)?;
     let store = open_store(store).await?;
-    let report = complete_abandoned(&*store, &redrive, grace, limit).await;
+    let report = complete_abandoned(&*store, &redrive, grace, limit, &policy).await;
     println!(
-        "completer: {} abandoned requests re-driven, {} completed, {} still unfinished",
-        report.attempted, report.completed, report.failed
+        "completer: {} abandoned requests re-driven, {} completed, {} still unfinished, {} marked for a person (gave up after {} attempts, or nothing to re-drive)",
+        report.attempted, report.completed, report.failed, report.marked, policy.max_attempts
     );
-    Ok(report.failed == 0)
+    Ok(report.failed == 0 && report.marked == 0)
 }

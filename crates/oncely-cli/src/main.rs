@@ -82,6 +82,33 @@ impl PolicyArgs {
     }
 }
 
+/// How hard the completer tries before it marks a record for a person
+/// (`oncely_core::jobs::RedrivePolicy`).
+#[derive(clap::Args, Clone, Debug)]
+struct RedriveArgs {
+    /// Re-drives one abandoned request gets; when they have not finished it, the completer
+    /// marks it for a person (never re-driven again; retries are answered
+    /// 409 idempotency_request_needs_attention; the reaper logs it on every pass).
+    #[arg(long, default_value_t = oncely_core::jobs::RedrivePolicy::DEFAULT_MAX_ATTEMPTS)]
+    completer_max_attempts: u32,
+    /// Seconds between a record's first and second re-drive; each later pause doubles.
+    #[arg(long, default_value_t = 30)]
+    completer_backoff_secs: u64,
+    /// The longest pause between two re-drives of one record, in seconds.
+    #[arg(long, default_value_t = 600)]
+    completer_backoff_cap_secs: u64,
+}
+
+impl RedriveArgs {
+    fn policy(&self) -> oncely_core::jobs::RedrivePolicy {
+        oncely_core::jobs::RedrivePolicy::new(
+            self.completer_max_attempts,
+            Duration::from_secs(self.completer_backoff_secs),
+            Duration::from_secs(self.completer_backoff_cap_secs),
+        )
+    }
+}
+
 /// The server's limits against slow clients, and its shutdown grace (see serve/server.rs).
 #[derive(clap::Args, Clone, Debug)]
 struct LimitArgs {
@@ -169,6 +196,8 @@ enum Command {
         /// Do not run the completer in this process (run `oncely complete` elsewhere).
         #[arg(long)]
         no_completer: bool,
+        #[command(flatten)]
+        redrive: RedriveArgs,
         /// How often the in-process reaper deletes records past retention, in seconds
         /// (0 = never; run `oncely reap` elsewhere).
         #[arg(long, default_value_t = 300)]
@@ -186,7 +215,7 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8081")]
         addr: SocketAddr,
-        /// The Standard Webhooks secret (whsec_<base64>) its charge.succeeded events are signed
+        /// The Standard Webhooks secret (`whsec_<base64>`) its charge.succeeded events are signed
         /// with; the API server must verify with the same one. The default is a well-known
         /// test secret: set your own outside tests.
         #[arg(long, env = "ONCELY_WEBHOOK_SECRET", hide_env_values = true, default_value = processor::webhooks::DEV_WEBHOOK_SECRET)]
@@ -202,10 +231,11 @@ enum Command {
         /// Concurrent identical requests in the concurrency gate.
         #[arg(long, short = 'n', default_value_t = 200)]
         concurrency: usize,
-        /// API server processes sharing the store (default 1, or 3 with PostgreSQL).
+        /// API server processes sharing the store (default 1, or 3 with PostgreSQL; the rolling
+        /// restart gate runs at least 2).
         #[arg(long)]
         instances: Option<usize>,
-        /// Clients in the fleet gate.
+        /// Clients in the fleet and rolling restart gates.
         #[arg(long, default_value_t = 20)]
         fleet_clients: usize,
         /// Logical payments per fleet client.
@@ -214,7 +244,7 @@ enum Command {
         /// Print machine-readable JSON.
         #[arg(long)]
         json: bool,
-        /// Run only these gates: concurrency, crash, fleet, grpc-concurrency, grpc-crash (repeatable; default all).
+        /// Run only these gates: concurrency, crash, fleet, rolling, grpc-concurrency, grpc-crash (repeatable; default all).
         #[arg(long)]
         only: Vec<String>,
     },
@@ -255,6 +285,8 @@ enum Command {
         /// At most this many requests.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        #[command(flatten)]
+        redrive: RedriveArgs,
     },
 }
 
@@ -363,6 +395,7 @@ async fn run(cli: Cli) -> Result<bool> {
             completer_grace_ms,
             completer_every_ms,
             no_completer,
+            redrive,
             reap_every_secs,
             idempotency,
             limits,
@@ -392,23 +425,31 @@ async fn run(cli: Cli) -> Result<bool> {
             if reap_every_secs > 0 {
                 app.spawn_reaper(Duration::from_secs(reap_every_secs));
             }
+            // SIGTERM (or Ctrl-C) starts the drain and stops the in-process completer, so that
+            // it does not re-drive through a server that is shutting down.
+            let (stopping, stopped) = tokio::sync::watch::channel(false);
             if let Some(grace) = cfg.completer_grace {
-                jobs::spawn_completer(
+                let mut stopped = stopped.clone();
+                if let Some(counters) = jobs::spawn_completer(
                     app.store(),
                     url.clone(),
                     grace,
                     Duration::from_millis(completer_every_ms),
-                );
+                    redrive.policy(),
+                    async move {
+                        stopped.wait_for(|s| *s).await.ok();
+                    },
+                ) {
+                    app.show_completer(counters);
+                }
             }
+            drop(stopped);
             tracing::info!(store = %cfg.store, %url, "serving the reference payments API");
             announce(&url);
-            serve::server::serve(
-                listener,
-                router,
-                limits.limits(),
-                app.drain(),
-                serve::server::shutdown_signal(),
-            )
+            serve::server::serve(listener, router, limits.limits(), app.drain(), async move {
+                serve::server::shutdown_signal().await;
+                stopping.send_replace(true);
+            })
             .await?;
             Ok(true)
         }
@@ -450,6 +491,16 @@ async fn run(cli: Cli) -> Result<bool> {
             server_url,
             grace_ms,
             limit,
-        } => jobs::complete(&store, &server_url, Duration::from_millis(grace_ms), limit).await,
+            redrive,
+        } => {
+            jobs::complete(
+                &store,
+                &server_url,
+                Duration::from_millis(grace_ms),
+                limit,
+                redrive.policy(),
+            )
+            .await
+        }
     }
 }

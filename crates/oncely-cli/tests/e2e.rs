@@ -367,21 +367,33 @@ fn gates(args: &[&str]) -> Value {
 }
 
 /// The gates' key measurements: one payment and one charge for N concurrent identical
-/// requests, no repeated outside call after crashes, no duplicate side effect in the fleet; and
-/// the same over gRPC.
+/// requests, no repeated outside call after crashes, no duplicate side effect in the fleet,
+/// across a rolling SIGTERM restart no duplicate, no lost payment, clean exits and no retry
+/// answered "in flight" (waiting on a lease); and the first two over gRPC.
 fn assert_all_gates_pass(report: &Value) {
     assert_eq!(report["passed"], true, "{report:#}");
     let gates = report["gates"].as_array().unwrap();
-    assert_eq!(gates.len(), 5);
-    assert_eq!(gates[3]["name"], "grpc concurrency");
-    assert_eq!(gates[3]["details"]["charge_executions"], 1);
-    assert_eq!(gates[3]["details"]["payments"], 1);
+    assert_eq!(gates.len(), 6);
+    let rolling = &gates[3]["details"];
+    assert_eq!(gates[3]["name"], "rolling restart");
+    assert_eq!(rolling["duplicate_side_effects"], 0);
+    assert_eq!(rolling["unresolved"], 0);
+    assert_eq!(rolling["in_flight_409"], 0);
+    assert_eq!(rolling["payments"], rolling["logical_calls"]);
+    let exits = rolling["exit_codes"].as_array().unwrap();
+    assert!(
+        exits.len() >= 2 && exits.iter().all(|c| c == 0),
+        "{rolling}"
+    );
+    assert_eq!(gates[4]["name"], "grpc concurrency");
+    assert_eq!(gates[4]["details"]["charge_executions"], 1);
+    assert_eq!(gates[4]["details"]["payments"], 1);
     assert_eq!(
-        gates[3]["details"]["other"].as_array().map(Vec::len),
+        gates[4]["details"]["other"].as_array().map(Vec::len),
         Some(0)
     );
-    assert_eq!(gates[4]["name"], "grpc crash recovery");
-    assert_eq!(gates[4]["details"]["repeated_outside_calls"], 0);
+    assert_eq!(gates[5]["name"], "grpc crash recovery");
+    assert_eq!(gates[5]["details"]["repeated_outside_calls"], 0);
     assert_eq!(gates[0]["details"]["charge_executions"], 1);
     assert_eq!(gates[0]["details"]["payments"], 1);
     assert_eq!(

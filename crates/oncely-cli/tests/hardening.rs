@@ -101,11 +101,24 @@ fn client() -> reqwest::Client {
 }
 
 async fn pay(url: &str, key: &str) -> reqwest::Result<(u16, reqwest::header::HeaderMap, Value)> {
+    pay_json(
+        url,
+        key,
+        &json!({"amount": 700, "currency": "EUR", "source": "tok_visa"}),
+    )
+    .await
+}
+
+async fn pay_json(
+    url: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::Result<(u16, reqwest::header::HeaderMap, Value)> {
     let r = client()
         .post(format!("{url}/v1/payments"))
         .bearer_auth("acct_h")
         .header("idempotency-key", key)
-        .json(&json!({"amount": 700, "currency": "EUR", "source": "tok_visa"}))
+        .json(body)
         .send()
         .await?;
     let status = r.status().as_u16();
@@ -195,13 +208,15 @@ async fn charge(State(o): State<Outside>) -> impl IntoResponse {
 }
 
 async fn start_outside(o: Outside) -> String {
-    let app = Router::new()
-        .route("/charges", post(charge))
-        .route(
-            "/emails",
-            post(|| async { (StatusCode::ACCEPTED, axum::Json(json!({"id": "em_1"}))) }),
-        )
-        .with_state(o);
+    serve_outside(Router::new().route("/charges", post(charge)).with_state(o)).await
+}
+
+/// Serves `charges` (a router with the `/charges` route) plus a mailer on a free port.
+async fn serve_outside(charges: Router) -> String {
+    let app = charges.route(
+        "/emails",
+        post(|| async { (StatusCode::ACCEPTED, axum::Json(json!({"id": "em_1"}))) }),
+    );
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", l.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(l, app).await });
@@ -598,4 +613,245 @@ async fn the_status_url_mode_answers_202_and_the_url_tells_the_state() {
     let (_, _, state) = get(&s.url, "/v1/idempotency-keys/sdk%2F1").await;
     assert_eq!(state["state"], "complete", "{state}");
     assert_eq!(outside.charges.load(Ordering::SeqCst), 1);
+}
+
+/// An outside card processor for the completer tests, by the payment's `source`: `tok_fail`
+/// always answers `503` (a system that stays down), `tok_hold` waits until released, anything
+/// else succeeds. Counts every charge call per source.
+#[derive(Clone, Default)]
+struct Flaky {
+    calls: Arc<Mutex<std::collections::BTreeMap<String, usize>>>,
+    entered: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl Flaky {
+    fn calls(&self, source: &str) -> usize {
+        self.calls.lock().unwrap().get(source).copied().unwrap_or(0)
+    }
+}
+
+async fn flaky_charge(
+    State(f): State<Flaky>,
+    axum::Json(req): axum::Json<Value>,
+) -> impl IntoResponse {
+    let source = req["source"].as_str().unwrap_or_default().to_owned();
+    let n = {
+        let mut calls = f.calls.lock().unwrap();
+        let n = calls.entry(source.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    match source.as_str() {
+        "tok_fail" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"error": "processor_down"})),
+        ),
+        "tok_hold" => {
+            f.entered.notify_one();
+            f.release.notified().await;
+            (
+                StatusCode::CREATED,
+                axum::Json(json!({"id": format!("ch_hold_{n}"), "status": "succeeded"})),
+            )
+        }
+        _ => (
+            StatusCode::CREATED,
+            axum::Json(json!({"id": format!("ch_{source}_{n}"), "status": "succeeded"})),
+        ),
+    }
+}
+
+async fn start_flaky(f: Flaky) -> String {
+    serve_outside(
+        Router::new()
+            .route("/charges", post(flaky_charge))
+            .with_state(f),
+    )
+    .await
+}
+
+async fn pay_from(url: &str, key: &str, source: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+    pay_json(
+        url,
+        key,
+        &json!({"amount": 900, "currency": "EUR", "source": source}),
+    )
+    .await
+    .unwrap()
+}
+
+async fn metric(url: &str, name: &str) -> Option<u64> {
+    let text = client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Issue 14 item 1, at the level a user meets it: a payment whose card processor stays down is
+/// suspended, re-driven by the in-process completer a bounded number of times with backoff (the
+/// count is in the store: a restart in the middle does not reset it), then marked for a person.
+/// The key-state endpoint says so, a client retry gets `409 idempotency_request_needs_attention`
+/// and runs nothing, `/metrics` counts it, and the reaper logs the record on every pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_completer_gives_up_and_marks_the_payment_for_a_person() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("giveup.sqlite3");
+    let flaky = Flaky::default();
+    let outside = start_flaky(flaky.clone()).await;
+    let args = [
+        "--store",
+        db.to_str().unwrap(),
+        "--processor-url",
+        &outside,
+        "--completer-grace-ms",
+        "0",
+        "--completer-every-ms",
+        "200",
+        "--completer-max-attempts",
+        "2",
+        "--completer-backoff-secs",
+        "3",
+        "--completer-backoff-cap-secs",
+        "3",
+        "--reap-every-secs",
+        "1",
+    ];
+    let mut s = spawn(&args, None);
+    let (status, _, body) = pay_from(&s.url, "giveup-1", "tok_fail").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "upstream_unavailable");
+    let state = async |url: &str| get(url, "/v1/idempotency-keys/giveup-1").await.2;
+    let url = s.url.clone();
+    eventually("the completer's first attempt", async || {
+        state(&url).await["redrive_attempts"] == 1
+    })
+    .await;
+    // A restart (deploy) in the middle: the count lives in the store.
+    sigterm(&s);
+    assert!(wait_exit(&mut s).success(), "{}", s.log());
+    let s = spawn(&args, None);
+    let url = s.url.clone();
+    eventually("the payment marked for a person", async || {
+        state(&url).await["needs_attention"] == true
+    })
+    .await;
+    let st = state(&s.url).await;
+    assert_eq!(st["state"], "in_flight", "{st}");
+    assert_eq!(st["redrive_attempts"], 2, "{st}");
+    assert!(st["marked_at"].as_i64().is_some(), "{st}");
+    assert!(
+        st["recovery_point"]
+            .as_str()
+            .is_some_and(|rp| rp.contains("recorded")),
+        "{st}"
+    );
+    // The first attempt and exactly two re-drives reached the processor, across the restart.
+    assert_eq!(flaky.calls("tok_fail"), 3);
+
+    let (status, headers, body) = pay_from(&s.url, "giveup-1", "tok_fail").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "idempotency_request_needs_attention");
+    assert_eq!(body["retryable"], false);
+    assert_eq!(headers["x-should-retry"], "false");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!(
+        flaky.calls("tok_fail"),
+        3,
+        "a marked payment is never run again"
+    );
+    // Another body under the key is still a mismatch, never a hint about the first one.
+    let (status, _, body) = pay_from(&s.url, "giveup-1", "tok_visa").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("idempotency_key_mismatch"))
+    );
+
+    let url = s.url.clone();
+    eventually("the metrics count the record", async || {
+        metric(&url, "oncely_records_marked").await == Some(1)
+    })
+    .await;
+    assert_eq!(
+        metric(&s.url, "oncely_needs_attention_total").await,
+        Some(1)
+    );
+    assert_eq!(
+        metric(&s.url, "oncely_completer_marked_total").await,
+        Some(1)
+    );
+    // The reaper repeats its line for the record on every pass.
+    let log_lines = || {
+        s.log()
+            .lines()
+            .filter(|l| {
+                l.contains("marked for a person: the completer gave up") && l.contains("giveup-1")
+            })
+            .count()
+    };
+    eventually("the reaper logged the record twice", async || {
+        log_lines() >= 2
+    })
+    .await;
+}
+
+/// Issue 14 item 2: a SIGTERM drain stops the in-process completer: while a running request
+/// finishes, an abandoned record whose re-drive comes due is not re-driven through the server
+/// that is shutting down (no attempt counted, no call, no failure logged); the next process
+/// does it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_drain_stops_the_in_process_completer() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("drain-completer.sqlite3");
+    let flaky = Flaky::default();
+    let outside = start_flaky(flaky.clone()).await;
+    let args = [
+        "--store",
+        db.to_str().unwrap(),
+        "--processor-url",
+        &outside,
+        "--completer-grace-ms",
+        "1500",
+        "--completer-every-ms",
+        "100",
+        "--shutdown-grace-secs",
+        "10",
+    ];
+    let mut s = spawn(&args, None);
+    // Abandoned: its re-drive comes due 1.5 s after its lease was cut short.
+    let (status, _, body) = pay_from(&s.url, "abandoned-1", "tok_fail").await;
+    assert_eq!(status, 503, "{body}");
+    // A request that keeps the drain going for longer than that.
+    let url = s.url.clone();
+    let held = tokio::spawn(async move { pay_from(&url, "held-1", "tok_hold").await });
+    flaky.entered.notified().await;
+    sigterm(&s);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    flaky.release.notify_one();
+    let (status, _, body) = held.await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    assert!(wait_exit(&mut s).success(), "{}", s.log());
+    let log = s.log();
+    assert!(!log.contains("re-drive"), "{log}");
+    assert_eq!(flaky.calls("tok_fail"), 1, "no re-drive during the drain");
+    assert!(log.contains("completer stopped"), "{log}");
+
+    // The next process does it (its first attempt: none was counted during the drain).
+    let s = spawn(&args, None);
+    let url = s.url.clone();
+    eventually("the next process re-drives it", async || {
+        get(&url, "/v1/idempotency-keys/abandoned-1").await.2["redrive_attempts"] == 1
+    })
+    .await;
+    eventually("its call reached the processor", async || {
+        flaky.calls("tok_fail") == 2
+    })
+    .await;
 }

@@ -881,6 +881,266 @@ where
     assert_eq!(ours(listed), vec![old.clone(), newer.clone()]);
 }
 
+/// A clock in the year 2004 (plus a random offset under 350 days): after everything the
+/// abandoned-list scenario's clock (2002) reaches, so the completer scenarios' records never show
+/// up in its listing and its records, whose leases lapsed long before, are simply filtered out
+/// here; and never reached by the reaper scenario (2000).
+fn clock_in_2004() -> ManualClock {
+    let offset: UnixMillis = (uuid::Uuid::new_v4().as_u128() % 500_000) as i64 * 60_000;
+    ManualClock::new(1_072_915_200_000 + offset)
+}
+
+fn only<'a>(
+    ids: &'a [&'a RecordKey],
+) -> impl Fn(Vec<crate::record::Record>) -> Vec<RecordKey> + 'a {
+    move |v| {
+        v.into_iter()
+            .map(|r| RecordKey::new(r.scope, r.key))
+            .filter(|k| ids.contains(&k))
+            .collect()
+    }
+}
+
+/// The completer's attempts are counted in the record by one compare-and-set: only on an
+/// abandoned record (lease lapsed) with the current token and the attempt count the completer
+/// saw, so 16 concurrent completers that listed the same record count exactly one attempt. The
+/// backoff hides the record from the abandoned list until it ends; a takeover keeps the count
+/// (the same request resumes), a new claim starts it again.
+pub async fn redrive_attempts_are_counted_once_and_kept<S, F, Fut>(make: &F)
+where
+    S: KeyStore,
+    F: Fn(ManualClock) -> Fut,
+    Fut: Future<Output = Option<S>>,
+{
+    use crate::record::Redrives;
+    use crate::store::RedriveNote;
+    let clock = clock_in_2004();
+    let store = Arc::new(skip_unless!(make, &clock));
+    let id = fresh_id();
+    let ids = [&id];
+    let ours = only(&ids);
+    let c = expect_claimed(store.claim(claim_req(&id, r#"{"r":1}"#)).await.unwrap());
+    store
+        .checkpoint(&id, c.token, "payment_recorded", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().redrives,
+        Redrives::default()
+    );
+    let attempt = RedriveNote::Attempt {
+        backoff: Duration::from_secs(30),
+    };
+    // A live lease is not abandoned.
+    assert!(matches!(
+        store.note_redrive(&id, c.token, 0, attempt).await,
+        Err(StoreError::Fenced)
+    ));
+    clock.advance(LEASE + Duration::from_secs(1));
+    assert!(matches!(
+        store
+            .note_redrive(&id, FencingToken(c.token.0 - 1), 0, attempt)
+            .await,
+        Err(StoreError::Fenced)
+    ));
+    assert!(matches!(
+        store.note_redrive(&id, c.token, 1, attempt).await,
+        Err(StoreError::Fenced)
+    ));
+    let now = clock.now_millis();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let store = store.clone();
+        let id = id.clone();
+        let token = c.token;
+        tasks.push(tokio::spawn(async move {
+            store.note_redrive(&id, token, 0, attempt).await
+        }));
+    }
+    let mut won = Vec::new();
+    for t in tasks {
+        match t.await.expect("task") {
+            Ok(r) => won.push(r),
+            Err(StoreError::Fenced) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    let first = Redrives {
+        attempts: 1,
+        next_attempt_at: Some(now + 30_000),
+        marked_at: None,
+    };
+    assert_eq!(won, vec![first], "exactly one of 16 counts the attempt");
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.redrives, first);
+    assert_eq!(rec.recovery_point(), Some("payment_recorded"));
+    assert_eq!(rec.token, c.token, "counting an attempt is not a claim");
+    // Inside its backoff the record is not listed, after it it is.
+    let list = || store.list_abandoned(Duration::ZERO, 1000);
+    assert_eq!(ours(list().await.unwrap()), Vec::<RecordKey>::new());
+    clock.advance(Duration::from_secs(30) - Duration::from_millis(1));
+    assert_eq!(ours(list().await.unwrap()), Vec::<RecordKey>::new());
+    clock.advance(Duration::from_millis(1));
+    let listed = list().await.unwrap();
+    let found = listed
+        .iter()
+        .find(|r| r.scope == id.scope)
+        .expect("listed after its backoff");
+    assert_eq!(found.redrives, first);
+    // The re-drive takes the key over: the count stays with the record.
+    let t = expect_claimed(store.claim(claim_req(&id, r#"{"r":1}"#)).await.unwrap());
+    assert_eq!(t.kind, ClaimKind::Takeover);
+    assert_eq!(store.get(&id).await.unwrap().unwrap().redrives, first);
+    assert!(matches!(
+        store.note_redrive(&id, t.token, 1, attempt).await,
+        Err(StoreError::Fenced)
+    ));
+    clock.advance(LEASE);
+    let second = store
+        .note_redrive(
+            &id,
+            t.token,
+            1,
+            RedriveNote::Attempt {
+                backoff: Duration::from_secs(60),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        second,
+        Redrives {
+            attempts: 2,
+            next_attempt_at: Some(clock.now_millis() + 60_000),
+            marked_at: None,
+        }
+    );
+    // A released key claimed again is a new request: nothing of the old count is left.
+    store.release(&id, t.token).await.unwrap();
+    let anew = expect_claimed(store.claim(claim_req(&id, r#"{"r":2}"#)).await.unwrap());
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().redrives,
+        Redrives::default()
+    );
+    store.release(&id, anew.token).await.unwrap();
+}
+
+/// A record the completer marks for a person is never claimed again: every request with its
+/// key and fingerprint is answered `NeedsAttention` (with the attempts and the recovery point),
+/// however long ago its lease lapsed; another fingerprint is still a mismatch. It leaves the
+/// abandoned list, is listed (oldest mark first) by `list_marked`, and refuses further notes.
+/// Its owner, should it be alive after all, can still complete it (its token still holds): the
+/// record then replays and is no longer marked.
+pub async fn marked_record_is_never_claimed_again<S, F, Fut>(make: &F)
+where
+    S: KeyStore,
+    F: Fn(ManualClock) -> Fut,
+    Fut: Future<Output = Option<S>>,
+{
+    use crate::record::Redrives;
+    use crate::store::RedriveNote;
+    let clock = clock_in_2004();
+    let store = skip_unless!(make, &clock);
+    let first = fresh_id();
+    let second = fresh_id();
+    let ids = [&first, &second];
+    let ours = only(&ids);
+    let c1 = expect_claimed(store.claim(claim_req(&first, r#"{"m":1}"#)).await.unwrap());
+    store
+        .checkpoint(&first, c1.token, "charge_created", LEASE)
+        .await
+        .unwrap();
+    let c2 = expect_claimed(store.claim(claim_req(&second, r#"{"m":2}"#)).await.unwrap());
+    clock.advance(LEASE);
+    let attempt = RedriveNote::Attempt {
+        backoff: Duration::from_secs(30),
+    };
+    let counted = store
+        .note_redrive(&first, c1.token, 0, attempt)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(30));
+    let marked_at = clock.now_millis();
+    let marked = store
+        .note_redrive(&first, c1.token, 1, RedriveNote::Mark)
+        .await
+        .unwrap();
+    assert_eq!(
+        marked,
+        Redrives {
+            marked_at: Some(marked_at),
+            ..counted
+        }
+    );
+    for note in [RedriveNote::Mark, attempt] {
+        assert!(matches!(
+            store.note_redrive(&first, c1.token, 1, note).await,
+            Err(StoreError::Fenced)
+        ));
+    }
+    let needs_attention = ClaimOutcome::NeedsAttention {
+        marked_at,
+        attempts: 1,
+        recovery_point: Some("charge_created".into()),
+    };
+    assert_eq!(
+        store.claim(claim_req(&first, r#"{"m":1}"#)).await.unwrap(),
+        needs_attention
+    );
+    clock.advance(Duration::from_secs(6 * 3600));
+    assert_eq!(
+        store.claim(claim_req(&first, r#"{"m":1}"#)).await.unwrap(),
+        needs_attention,
+        "a lease that lapsed hours ago is still not taken over"
+    );
+    assert_eq!(
+        store.claim(claim_req(&first, r#"{"m":9}"#)).await.unwrap(),
+        ClaimOutcome::Mismatch
+    );
+    let rec = store.get(&first).await.unwrap().unwrap();
+    assert!(rec.is_marked());
+    assert_eq!(rec.token, c1.token);
+    assert_eq!(rec.redrives, marked);
+    // The second record, marked later (with no attempt: say it kept no request).
+    let second_marked = store
+        .note_redrive(&second, c2.token, 0, RedriveNote::Mark)
+        .await
+        .unwrap();
+    assert_eq!(second_marked.attempts, 0);
+    assert_eq!(
+        ours(store.list_abandoned(Duration::ZERO, 1000).await.unwrap()),
+        Vec::<RecordKey>::new(),
+        "marked records are not abandoned work any more"
+    );
+    let listed = store.list_marked(1000).await.unwrap();
+    let found = listed
+        .iter()
+        .find(|r| r.scope == first.scope)
+        .expect("first listed");
+    assert_eq!(found.redrives, marked);
+    assert_eq!(found.recovery_point(), Some("charge_created"));
+    assert_eq!(found.request, claim_req(&first, r#"{"m":1}"#).request);
+    assert_eq!(ours(listed), vec![first.clone(), second.clone()]);
+    // The owner finishes after all: a replay, and no longer marked.
+    store
+        .complete(&first, c1.token, tricky_response(), RETENTION)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(claim_req(&first, r#"{"m":1}"#)).await.unwrap(),
+        ClaimOutcome::Replay { .. }
+    ));
+    assert!(!store.get(&first).await.unwrap().unwrap().is_marked());
+    assert_eq!(
+        ours(store.list_marked(1000).await.unwrap()),
+        vec![second.clone()]
+    );
+    store
+        .complete(&second, c2.token, tricky_response(), RETENTION)
+        .await
+        .unwrap();
+}
+
 /// Generates one `#[tokio::test]` per conformance scenario for a store factory
 /// `async fn(ManualClock) -> Option<S>` (return `None`, after printing why, to skip).
 #[macro_export]
@@ -900,7 +1160,9 @@ macro_rules! conformance_tests {
             concurrent_claims_one_winner,
             concurrent_stale_writes_are_fenced,
             reaper_respects_retention_and_batches,
-            list_abandoned_finds_lapsed_leases
+            list_abandoned_finds_lapsed_leases,
+            redrive_attempts_are_counted_once_and_kept,
+            marked_record_is_never_claimed_again
         );
     };
     (@tests $make:path; $($name:ident),* $(,)?) => {

@@ -9,7 +9,12 @@
 //!   [`Redrive`] implementation (the CLI's is an HTTP call to the server with the same
 //!   `Idempotency-Key` and the scope's credentials). The service then takes the key over,
 //!   resumes from the recovery point and stores the final response, exactly as a client retry
-//!   would.
+//!   would. It never loops for ever: each record gets a bounded number of attempts with
+//!   backoff ([`RedrivePolicy`]: 5, pausing 30 s, 1 min, 2 min, 4 min), counted in the store
+//!   so that a restart does not reset them; then it is marked for a person
+//!   ([`Redrives::marked_at`](crate::Redrives::marked_at)): never re-driven again, every retry
+//!   with its key answered `409 idempotency_request_needs_attention`, and one `error` log line
+//!   per marked record on every reaper pass.
 //!
 //! Both run once ([`reap_all`], [`complete_abandoned`]) or as in-process tokio tasks
 //! ([`Reaper`], [`Completer`]).
@@ -45,10 +50,11 @@
 //! ```
 
 use crate::record::{Record, RecordState};
-use crate::store::{KeyStore, ReapReport, StoreError};
+use crate::store::{KeyStore, ReapReport, RedriveNote, StoreError};
 use async_trait::async_trait;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
@@ -59,9 +65,12 @@ pub const DEFAULT_REAP_PAUSE: Duration = Duration::from_millis(10);
 /// Reaps everything past retention: calls [`KeyStore::reap`] with `batch` (0 is raised to 1)
 /// until a call deletes fewer than `batch` records, sleeping `pause` between calls so that
 /// claims are never blocked for longer than one batch. Logs (at `warn`) every batch that
-/// deleted in-flight orphans.
+/// deleted in-flight orphans. Then logs (at `error`) one line for every record marked for a
+/// person that is still kept ([`KeyStore::list_marked`], at most [`MARKED_LOG_LIMIT`]): every
+/// pass repeats them, so a record the completer gave up on stays in the logs until a person
+/// deals with it or its retention ends.
 ///
-/// Returns the totals.
+/// Returns the totals ([`ReapReport::marked`]: the marked records it logged).
 ///
 /// # Errors
 ///
@@ -101,6 +110,7 @@ async fn reap_pass<F: Future<Output = ()>>(
             );
         }
         if r.deleted < batch as u64 {
+            total.marked = log_marked(store).await;
             return Ok((total, false));
         }
         tokio::select! {
@@ -108,6 +118,46 @@ async fn reap_pass<F: Future<Output = ()>>(
             () = tokio::time::sleep(pause) => {}
         }
     }
+}
+
+/// The most records marked for a person one reaper pass logs (1,000, oldest mark first); the
+/// pass says so when there may be more.
+pub const MARKED_LOG_LIMIT: usize = 1_000;
+
+/// Logs (at `error`) one line per record marked for a person, up to [`MARKED_LOG_LIMIT`]; returns
+/// how many it logged. A store error is logged (at `warn`) and counts 0.
+async fn log_marked(store: &dyn KeyStore) -> u64 {
+    let marked = match store.list_marked(MARKED_LOG_LIMIT).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %e, "reaper could not list the records marked for a person");
+            return 0;
+        }
+    };
+    for r in &marked {
+        let request = r.request.as_ref();
+        tracing::error!(
+            scope = %r.scope,
+            key = %r.key,
+            attempts = r.redrives.attempts,
+            marked_at = r.redrives.marked_at,
+            created_at = r.created_at,
+            expires_at = r.expires_at,
+            recovery_point = r.recovery_point(),
+            method = request.map(|q| q.method.as_str()),
+            uri = request.map(|q| q.uri.as_str()),
+            "abandoned request marked for a person: the completer gave up on it; it may have \
+             taken effect part-way (see its recovery point), retries with its key are answered \
+             409 idempotency_request_needs_attention, and it is deleted when its retention ends"
+        );
+    }
+    if marked.len() == MARKED_LOG_LIMIT {
+        tracing::error!(
+            listed = MARKED_LOG_LIMIT,
+            "at least this many records are marked for a person; only the oldest are listed"
+        );
+    }
+    marked.len() as u64
 }
 
 /// The reaper as an in-process tokio task: a pass of [`reap_all`] at start and then every
@@ -161,6 +211,7 @@ impl Reaper {
                 Ok((r, stopped)) => {
                     total.deleted += r.deleted;
                     total.orphaned += r.orphaned;
+                    total.marked = r.marked;
                     if r.deleted > 0 {
                         tracing::info!(
                             deleted = r.deleted,
@@ -225,87 +276,284 @@ pub trait Redrive: Send + Sync {
     async fn redrive(&self, record: &Record) -> Result<u16, RedriveError>;
 }
 
-/// What one completer pass did.
+/// How hard the completer tries before it gives up on a record and marks it for a person.
+///
+/// Attempt `n` (1-based) that leaves the record still in flight is followed by a pause of
+/// `min(backoff_cap, backoff_base * 2^(n-1))` before attempt `n + 1` may start: with the
+/// defaults 30 s, 1 min, 2 min, 4 min. The pause runs from the start of the attempt, and a
+/// record is also only listed once its lease lapsed at least the completer's grace ago, so the
+/// real pause is the longer of the two. When `max_attempts` attempts have not finished it, the
+/// next pass marks it for a person ([`RedriveNote::Mark`]) instead of re-driving it again.
+///
+/// The pauses are not jittered: every attempt is one compare-and-set on the record
+/// ([`KeyStore::note_redrive`]), so several completers never re-drive one record twice, and
+/// there is no herd of clients to spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedrivePolicy {
+    /// The re-drives one record gets before it is marked for a person. Default
+    /// [`RedrivePolicy::DEFAULT_MAX_ATTEMPTS`] (5). 0 marks every abandoned record at once.
+    pub max_attempts: u32,
+    /// The pause after the first attempt. Default [`RedrivePolicy::DEFAULT_BACKOFF_BASE`]
+    /// (30 seconds).
+    pub backoff_base: Duration,
+    /// The longest pause. Default [`RedrivePolicy::DEFAULT_BACKOFF_CAP`] (10 minutes).
+    pub backoff_cap: Duration,
+}
+
+impl RedrivePolicy {
+    /// The default number of re-drives per record: 5.
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+    /// The default pause after the first attempt: 30 seconds.
+    pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(30);
+    /// The default longest pause: 10 minutes.
+    pub const DEFAULT_BACKOFF_CAP: Duration = Duration::from_secs(600);
+
+    /// A policy with these attempts and pauses.
+    pub fn new(max_attempts: u32, backoff_base: Duration, backoff_cap: Duration) -> Self {
+        Self {
+            max_attempts,
+            backoff_base,
+            backoff_cap,
+        }
+    }
+
+    /// The pause after attempt `attempt` (1-based): `min(cap, base * 2^(attempt-1))`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.backoff_base
+            .checked_mul(factor)
+            .unwrap_or(Duration::MAX)
+            .min(self.backoff_cap)
+    }
+}
+
+impl Default for RedrivePolicy {
+    fn default() -> Self {
+        Self::new(
+            Self::DEFAULT_MAX_ATTEMPTS,
+            Self::DEFAULT_BACKOFF_BASE,
+            Self::DEFAULT_BACKOFF_CAP,
+        )
+    }
+}
+
+/// What one completer pass did (or, from [`Completer::run`], all of them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CompleterReport {
-    /// Abandoned records found and re-driven (or skipped for lack of a stored request).
+    /// Abandoned records re-driven (each attempt counted in the record first).
     pub attempted: u64,
     /// Of those, records that are no longer in flight after their re-drive (complete, released
     /// or gone).
     pub completed: u64,
     /// Of those, records whose re-drive failed or that are still in flight afterwards (for
-    /// instance the service answered `409` because another request took the key over first);
-    /// the next pass tries them again.
+    /// instance the service answered `503` because an outside system is down); a later pass
+    /// tries them again after their backoff, until the attempts run out.
     pub failed: u64,
+    /// Records marked for a person: their attempts ran out, or they kept no request to
+    /// re-drive.
+    pub marked: u64,
 }
 
-/// Lists up to `limit` abandoned records (in flight, lease lapsed at least `grace` ago, oldest
-/// first) and re-drives each through `redrive`, one at a time. A record counts as completed
-/// when, after its re-drive answered, the store no longer holds it in flight. Failures are
-/// logged (at `warn`) and counted, never returned: one bad record does not stop the others.
+impl CompleterReport {
+    fn add(&mut self, other: &Self) {
+        self.attempted += other.attempted;
+        self.completed += other.completed;
+        self.failed += other.failed;
+        self.marked += other.marked;
+    }
+}
+
+/// Lists up to `limit` abandoned records (in flight, lease lapsed at least `grace` ago, not
+/// marked, past their backoff; oldest lease first) and deals with each, one at a time:
 ///
-/// A store error while listing is logged and yields an empty report.
+/// - a record that kept no request, or whose attempts reached `policy.max_attempts`, is marked
+///   for a person ([`RedriveNote::Mark`]) and logged at `error`;
+/// - any other one has the attempt counted in the store first ([`RedriveNote::Attempt`], so a
+///   crash or restart in the middle of the re-drive still counts it), then is re-driven
+///   through `redrive`. It counts as completed when, after the re-drive answered, the store no
+///   longer holds it in flight.
+///
+/// A record whose counting or marking is fenced (a client or another completer got to it first)
+/// is left alone. Failures are logged (at `warn`) and counted, never returned: one bad record
+/// does not stop the others. A store error while listing is logged and yields an empty report.
 pub async fn complete_abandoned(
     store: &dyn KeyStore,
     redrive: &dyn Redrive,
     grace: Duration,
     limit: usize,
+    policy: &RedrivePolicy,
 ) -> CompleterReport {
+    let mut shutdown = std::pin::pin!(std::future::pending::<()>());
+    completer_pass(store, redrive, grace, limit, policy, &mut shutdown)
+        .await
+        .0
+}
+
+/// One completer pass; stops early (between records) when `shutdown` completes. Returns the
+/// report and whether it was stopped.
+async fn completer_pass<F: Future<Output = ()>>(
+    store: &dyn KeyStore,
+    redrive: &dyn Redrive,
+    grace: Duration,
+    limit: usize,
+    policy: &RedrivePolicy,
+    shutdown: &mut std::pin::Pin<&mut F>,
+) -> (CompleterReport, bool) {
     let mut report = CompleterReport::default();
     let records = match store.list_abandoned(grace, limit).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "completer could not list abandoned records");
-            return report;
+            return (report, false);
         }
     };
     for record in records {
-        report.attempted += 1;
-        let id = crate::key::RecordKey::new(record.scope.clone(), record.key.clone());
-        if record.request.is_none() {
-            tracing::warn!(scope = %record.scope, key = %record.key,
-                "abandoned record kept no request; it cannot be re-driven and will be reaped");
-            report.failed += 1;
-            continue;
+        if is_done(shutdown.as_mut()).await {
+            return (report, true);
         }
-        let status = match redrive.redrive(&record).await {
-            Ok(status) => status,
+        complete_one(store, redrive, policy, record, &mut report).await;
+    }
+    (report, false)
+}
+
+/// Whether `shutdown` has completed, without waiting for it.
+async fn is_done<F: Future<Output = ()>>(shutdown: std::pin::Pin<&mut F>) -> bool {
+    tokio::select! {
+        biased;
+        () = shutdown => true,
+        () = std::future::ready(()) => false,
+    }
+}
+
+async fn complete_one(
+    store: &dyn KeyStore,
+    redrive: &dyn Redrive,
+    policy: &RedrivePolicy,
+    record: Record,
+    report: &mut CompleterReport,
+) {
+    let id = crate::key::RecordKey::new(record.scope.clone(), record.key.clone());
+    let seen = record.redrives.attempts;
+    let give_up = if record.request.is_none() {
+        Some("it kept no request to re-drive")
+    } else if seen >= policy.max_attempts {
+        Some("its re-drive attempts ran out")
+    } else {
+        None
+    };
+    if let Some(why) = give_up {
+        match store
+            .note_redrive(&id, record.token, seen, RedriveNote::Mark)
+            .await
+        {
+            Ok(r) => {
+                report.marked += 1;
+                tracing::error!(scope = %record.scope, key = %record.key, attempts = r.attempts,
+                    recovery_point = record.recovery_point(),
+                    "completer gave up on an abandoned request ({why}) and marked it for a \
+                     person: it is not re-driven again, and retries with its key are answered \
+                     409 idempotency_request_needs_attention");
+            }
+            Err(StoreError::Fenced) => {
+                tracing::debug!(scope = %record.scope, key = %record.key,
+                    "abandoned record changed before it could be marked; left alone");
+            }
             Err(e) => {
                 tracing::warn!(scope = %record.scope, key = %record.key, error = %e,
-                    "re-drive failed");
-                report.failed += 1;
-                continue;
+                    "could not mark an abandoned record for a person");
             }
-        };
-        match store.get(&id).await {
-            Ok(Some(Record {
-                state: RecordState::InFlight { .. },
-                ..
-            })) => {
-                tracing::warn!(scope = %record.scope, key = %record.key, status,
-                    "re-driven request is still in flight");
-                report.failed += 1;
-            }
-            Ok(_) => {
-                tracing::info!(scope = %record.scope, key = %record.key, status,
-                    recovery_point = record.recovery_point(), "completed abandoned request");
-                report.completed += 1;
-            }
-            Err(e) => {
-                tracing::warn!(scope = %record.scope, key = %record.key, error = %e,
-                    "could not read the record after its re-drive");
-                report.failed += 1;
-            }
+        }
+        return;
+    }
+    let attempt = seen + 1;
+    let backoff = policy.backoff(attempt);
+    match store
+        .note_redrive(&id, record.token, seen, RedriveNote::Attempt { backoff })
+        .await
+    {
+        Ok(_) => {}
+        Err(StoreError::Fenced) => {
+            tracing::debug!(scope = %record.scope, key = %record.key,
+                "abandoned record changed before its re-drive; left alone");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(scope = %record.scope, key = %record.key, error = %e,
+                "could not count a re-drive attempt; not re-driving");
+            return;
         }
     }
-    report
+    report.attempted += 1;
+    let status = match redrive.redrive(&record).await {
+        Ok(status) => status,
+        Err(e) => {
+            tracing::warn!(scope = %record.scope, key = %record.key, error = %e, attempt,
+                max_attempts = policy.max_attempts, next_in_ms = backoff.as_millis() as u64,
+                "re-drive failed");
+            report.failed += 1;
+            return;
+        }
+    };
+    match store.get(&id).await {
+        Ok(Some(Record {
+            state: RecordState::InFlight { .. },
+            ..
+        })) => {
+            tracing::warn!(scope = %record.scope, key = %record.key, status, attempt,
+                max_attempts = policy.max_attempts, next_in_ms = backoff.as_millis() as u64,
+                "re-driven request is still in flight");
+            report.failed += 1;
+        }
+        Ok(_) => {
+            tracing::info!(scope = %record.scope, key = %record.key, status, attempt,
+                recovery_point = record.recovery_point(), "completed abandoned request");
+            report.completed += 1;
+        }
+        Err(e) => {
+            tracing::warn!(scope = %record.scope, key = %record.key, error = %e,
+                "could not read the record after its re-drive");
+            report.failed += 1;
+        }
+    }
+}
+
+/// The running totals of a [`Completer`] task, readable while it runs (for metrics).
+#[derive(Debug, Default)]
+pub struct CompleterCounters {
+    attempted: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicU64,
+    marked: AtomicU64,
+}
+
+impl CompleterCounters {
+    /// The totals so far.
+    pub fn snapshot(&self) -> CompleterReport {
+        CompleterReport {
+            attempted: self.attempted.load(Ordering::Relaxed),
+            completed: self.completed.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            marked: self.marked.load(Ordering::Relaxed),
+        }
+    }
+
+    fn add(&self, r: &CompleterReport) {
+        self.attempted.fetch_add(r.attempted, Ordering::Relaxed);
+        self.completed.fetch_add(r.completed, Ordering::Relaxed);
+        self.failed.fetch_add(r.failed, Ordering::Relaxed);
+        self.marked.fetch_add(r.marked, Ordering::Relaxed);
+    }
 }
 
 /// The completer as an in-process tokio task: a pass of [`complete_abandoned`] at start and
 /// then every `every` (from the end of one pass to the start of the next).
 ///
-/// See the [module docs](self) for how it stops; it checks `shutdown` only between passes, so
-/// a re-drive in progress is finished first.
+/// See the [module docs](self) for how it stops; it checks `shutdown` between records and
+/// between passes, so a re-drive in progress is finished first and no new one starts after
+/// the signal.
 #[derive(Clone)]
 pub struct Completer {
     store: Arc<dyn KeyStore>,
@@ -313,6 +561,8 @@ pub struct Completer {
     every: Duration,
     grace: Duration,
     limit: usize,
+    policy: RedrivePolicy,
+    counters: Arc<CompleterCounters>,
 }
 
 impl std::fmt::Debug for Completer {
@@ -321,13 +571,15 @@ impl std::fmt::Debug for Completer {
             .field("every", &self.every)
             .field("grace", &self.grace)
             .field("limit", &self.limit)
+            .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
 
 impl Completer {
     /// A completer over `store` that re-drives through `redrive`, every `every`, the records
-    /// whose lease lapsed at least `grace` ago, up to `limit` per pass.
+    /// whose lease lapsed at least `grace` ago, up to `limit` per pass, with the default
+    /// [`RedrivePolicy`] (5 attempts per record, then marked for a person).
     ///
     /// Choose `grace` longer than a client's whole retry schedule, so that a client still
     /// retrying gets the first chance to resume its own request.
@@ -344,7 +596,21 @@ impl Completer {
             every,
             grace,
             limit,
+            policy: RedrivePolicy::default(),
+            counters: Arc::default(),
         }
+    }
+
+    /// Sets how many attempts a record gets and the pauses between them.
+    #[must_use]
+    pub fn with_policy(mut self, policy: RedrivePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The task's running totals (shared: read them while it runs).
+    pub fn counters(&self) -> Arc<CompleterCounters> {
+        Arc::clone(&self.counters)
     }
 
     /// Runs passes until `shutdown` completes; returns the totals.
@@ -352,12 +618,26 @@ impl Completer {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut total = CompleterReport::default();
         loop {
-            let r = complete_abandoned(&*self.store, &*self.redrive, self.grace, self.limit).await;
-            total.attempted += r.attempted;
-            total.completed += r.completed;
-            total.failed += r.failed;
+            let (r, stopped) = completer_pass(
+                &*self.store,
+                &*self.redrive,
+                self.grace,
+                self.limit,
+                &self.policy,
+                &mut shutdown,
+            )
+            .await;
+            total.add(&r);
+            self.counters.add(&r);
+            if stopped {
+                tracing::info!("completer stopped");
+                return total;
+            }
             tokio::select! {
-                () = shutdown.as_mut() => return total,
+                () = shutdown.as_mut() => {
+                    tracing::info!("completer stopped");
+                    return total;
+                }
                 () = tokio::time::sleep(self.every) => {}
             }
         }
@@ -379,7 +659,7 @@ impl Completer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::clock::{Clock, ManualClock};
     use crate::conformance::{LEASE, RETENTION, claim_req, fresh_id, tricky_response};
     use crate::key::RecordKey;
     use crate::record::{FencingToken, StoredResponse, UnixMillis};
@@ -443,6 +723,20 @@ mod tests {
         ) -> Result<Vec<Record>, StoreError> {
             self.inner.list_abandoned(grace, limit).await
         }
+        async fn note_redrive(
+            &self,
+            id: &RecordKey,
+            token: FencingToken,
+            attempts_seen: u32,
+            note: RedriveNote,
+        ) -> Result<crate::Redrives, StoreError> {
+            self.inner
+                .note_redrive(id, token, attempts_seen, note)
+                .await
+        }
+        async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+            self.inner.list_marked(limit).await
+        }
     }
 
     const HOUR: Duration = Duration::from_secs(3600);
@@ -503,7 +797,8 @@ mod tests {
             report,
             ReapReport {
                 deleted: 27,
-                orphaned: 2
+                orphaned: 2,
+                marked: 0
             }
         );
         assert_eq!(*store.reaps.lock().unwrap(), vec![10, 10, 7]);
@@ -552,7 +847,8 @@ mod tests {
             totals,
             ReapReport {
                 deleted: 27,
-                orphaned: 2
+                orphaned: 2,
+                marked: 0
             }
         );
         for id in &kept {
@@ -601,6 +897,7 @@ mod tests {
                 ClaimOutcome::InFlight { .. } => Ok(409),
                 ClaimOutcome::Replay { response, .. } => Ok(response.status),
                 ClaimOutcome::Mismatch => Ok(422),
+                ClaimOutcome::NeedsAttention { .. } => Ok(409),
             }
         }
     }
@@ -654,36 +951,53 @@ mod tests {
             store.claim(claim_req(&alive, "{}")).await.unwrap(),
             ClaimOutcome::Claimed(_)
         ));
+        let policy = RedrivePolicy::default();
+        let grace = Duration::from_secs(60);
 
-        // The service is down: every attempt fails, nothing changes.
-        let down = complete_abandoned(&*store, &Unreachable, Duration::from_secs(60), 100).await;
+        // The service is down: both attempts fail and are counted; the record without a
+        // request cannot be re-driven at all and is marked for a person at once.
+        let down = complete_abandoned(&*store, &Unreachable, grace, 100, &policy).await;
         assert_eq!(
             down,
             CompleterReport {
-                attempted: 3,
+                attempted: 2,
                 completed: 0,
-                failed: 3
+                failed: 2,
+                marked: 1
             }
         );
+        for id in [&a, &b] {
+            let r = store.get(id).await.unwrap().unwrap().redrives;
+            assert_eq!(r.attempts, 1);
+            assert_eq!(r.next_attempt_at, Some(clock.now_millis() + 30_000));
+        }
+        assert!(store.get(&bare).await.unwrap().unwrap().is_marked());
 
         let service = FakeService {
             store: store.clone(),
             calls: AtomicU64::new(0),
             resumed_from: Mutex::default(),
         };
-        let r = complete_abandoned(&*store, &service, Duration::from_secs(60), 100).await;
+        // Inside the 30 s backoff nothing is re-driven.
+        clock.advance(Duration::from_secs(29));
+        let early = complete_abandoned(&*store, &service, grace, 100, &policy).await;
+        assert_eq!(early, CompleterReport::default());
+        assert_eq!(service.calls.load(Ordering::SeqCst), 0);
+        clock.advance(Duration::from_secs(1));
+        let r = complete_abandoned(&*store, &service, grace, 100, &policy).await;
         assert_eq!(
             r,
             CompleterReport {
-                attempted: 3,
+                attempted: 2,
                 completed: 2,
-                failed: 1
+                failed: 0,
+                marked: 0
             }
         );
         assert_eq!(
             service.calls.load(Ordering::SeqCst),
             2,
-            "no call without a request"
+            "no call for a record without a request"
         );
         assert_eq!(
             *service.resumed_from.lock().unwrap(),
@@ -705,20 +1019,107 @@ mod tests {
                 "in_flight"
             );
         }
-        // A second pass finds only the record it cannot re-drive.
-        let again = complete_abandoned(&*store, &service, Duration::from_secs(60), 100).await;
-        assert_eq!(
-            again,
-            CompleterReport {
-                attempted: 1,
-                completed: 0,
-                failed: 1
-            }
-        );
+        // A marked record is not listed again.
+        let again = complete_abandoned(&*store, &service, grace, 100, &policy).await;
+        assert_eq!(again, CompleterReport::default());
         // The limit bounds a pass.
         clock.advance(Duration::from_secs(3600));
-        let limited = complete_abandoned(&*store, &service, Duration::from_secs(60), 2).await;
-        assert_eq!(limited.attempted, 2);
+        let limited = complete_abandoned(&*store, &service, grace, 1, &policy).await;
+        assert_eq!(limited.attempted, 1);
+    }
+
+    /// A re-drive that never finishes the request.
+    struct AlwaysFails(AtomicU64);
+    #[async_trait]
+    impl Redrive for AlwaysFails {
+        async fn redrive(&self, _: &Record) -> Result<u16, RedriveError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Err(RedriveError::Unreachable("connection refused".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn completer_backs_off_then_gives_up_and_never_redrives_a_marked_record() {
+        let clock = ManualClock::starting_now();
+        let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+        let id = fresh_id();
+        let ClaimOutcome::Claimed(c) = store.claim(claim_req(&id, r#"{"x":1}"#)).await.unwrap()
+        else {
+            panic!()
+        };
+        store
+            .checkpoint(&id, c.token, "payment_recorded", LEASE)
+            .await
+            .unwrap();
+        clock.advance(LEASE);
+        let policy = RedrivePolicy::new(3, Duration::from_secs(10), Duration::from_secs(15));
+        assert_eq!(
+            (1..=4).map(|n| policy.backoff(n)).collect::<Vec<_>>(),
+            [10, 15, 15, 15].map(Duration::from_secs)
+        );
+        let service = AlwaysFails(AtomicU64::new(0));
+        let pass = || complete_abandoned(&*store, &service, Duration::ZERO, 10, &policy);
+        let t0 = clock.now_millis();
+        // Attempts at t0, t0 + 10 s and t0 + 25 s (pauses 10 s, 15 s, 15 s); nothing between.
+        // Every pass is a fresh call: the count lives in the store only, as it would across a
+        // restart of the process that runs the completer.
+        for (at, attempts) in [(0, 1), (10_000, 2), (25_000, 3)] {
+            clock.advance(Duration::from_millis(
+                (t0 + at - 1 - clock.now_millis()).max(0) as u64,
+            ));
+            if at > 0 {
+                assert_eq!(pass().await, CompleterReport::default(), "backoff at {at}");
+            }
+            clock.advance(Duration::from_millis((t0 + at - clock.now_millis()) as u64));
+            let r = pass().await;
+            assert_eq!((r.attempted, r.failed, r.marked), (1, 1, 0), "at {at}");
+            assert_eq!(
+                store.get(&id).await.unwrap().unwrap().redrives.attempts,
+                attempts
+            );
+        }
+        clock.advance(Duration::from_millis(14_999));
+        assert_eq!(pass().await, CompleterReport::default());
+        clock.advance(Duration::from_millis(1));
+        let gave_up = pass().await;
+        assert_eq!(
+            gave_up,
+            CompleterReport {
+                marked: 1,
+                ..CompleterReport::default()
+            }
+        );
+        assert_eq!(
+            service.0.load(Ordering::SeqCst),
+            3,
+            "three attempts, no more"
+        );
+        let rec = store.get(&id).await.unwrap().unwrap();
+        assert!(rec.is_marked());
+        assert_eq!(rec.redrives.attempts, 3);
+        assert_eq!(rec.redrives.marked_at, Some(clock.now_millis()));
+        // Never again: not re-driven, and a client retry is answered "needs attention".
+        clock.advance(Duration::from_secs(3600));
+        assert_eq!(pass().await, CompleterReport::default());
+        assert_eq!(service.0.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            store.claim(claim_req(&id, r#"{"x":1}"#)).await.unwrap(),
+            ClaimOutcome::NeedsAttention {
+                marked_at: rec.redrives.marked_at.unwrap(),
+                attempts: 3,
+                recovery_point: Some("payment_recorded".into()),
+            }
+        );
+        // The reaper logs it on every pass, and counts it.
+        for _ in 0..2 {
+            let r = reap_all(&*store, 100, Duration::ZERO).await.unwrap();
+            assert_eq!(r.marked, 1);
+            assert_eq!(r.deleted, 0);
+        }
+        // Past retention it is reaped like any orphan, and no longer counted.
+        clock.advance(RETENTION);
+        let r = reap_all(&*store, 100, Duration::ZERO).await.unwrap();
+        assert_eq!((r.deleted, r.orphaned, r.marked), (1, 1, 0));
     }
 
     #[tokio::test]
@@ -739,18 +1140,19 @@ mod tests {
             resumed_from: Mutex::default(),
         });
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let handle = Completer::new(
+        let completer = Completer::new(
             store.clone(),
             service.clone(),
             Duration::from_millis(5),
             Duration::from_secs(60),
             2,
-        )
-        .spawn(async move {
+        );
+        let counters = completer.counters();
+        let handle = completer.spawn(async move {
             stopped.wait_for(|s| *s).await.ok();
         });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while service.calls.load(Ordering::SeqCst) < 5 {
+        while counters.snapshot().completed < 5 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "completer did not run"
@@ -762,14 +1164,14 @@ mod tests {
             .await
             .expect("the completer stops promptly on its signal")
             .unwrap();
-        assert_eq!(
-            totals,
-            CompleterReport {
-                attempted: 5,
-                completed: 5,
-                failed: 0
-            }
-        );
+        let five = CompleterReport {
+            attempted: 5,
+            completed: 5,
+            failed: 0,
+            marked: 0,
+        };
+        assert_eq!(totals, five);
+        assert_eq!(counters.snapshot(), five);
         assert_eq!(
             service.calls.load(Ordering::SeqCst),
             5,
@@ -781,5 +1183,62 @@ mod tests {
                 "complete"
             );
         }
+    }
+
+    /// A re-drive that takes until the test lets it go, and says when it started.
+    struct Gated {
+        started: tokio::sync::mpsc::UnboundedSender<()>,
+        go: tokio::sync::Semaphore,
+        calls: AtomicU64,
+    }
+    #[async_trait]
+    impl Redrive for Gated {
+        async fn redrive(&self, _: &Record) -> Result<u16, RedriveError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.started.send(()).ok();
+            self.go.acquire().await.expect("open").forget();
+            Err(RedriveError::Unreachable("shutting down".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn completer_stops_between_records_on_signal() {
+        let clock = ManualClock::starting_now();
+        let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+        for _ in 0..3 {
+            assert!(matches!(
+                store.claim(claim_req(&fresh_id(), "{}")).await.unwrap(),
+                ClaimOutcome::Claimed(_)
+            ));
+        }
+        clock.advance(Duration::from_secs(120));
+        let (started, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
+        let service = Arc::new(Gated {
+            started,
+            go: tokio::sync::Semaphore::new(0),
+            calls: AtomicU64::new(0),
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let handle = Completer::new(
+            store.clone(),
+            service.clone(),
+            Duration::from_secs(3600),
+            Duration::from_secs(60),
+            10,
+        )
+        .spawn(async {
+            stopped.await.ok();
+        });
+        // The signal arrives while the first re-drive runs: that one is finished, no other
+        // starts.
+        started_rx.recv().await.unwrap();
+        stop.send(()).unwrap();
+        service.go.add_permits(10);
+        let totals = tokio::time::timeout(Duration::from_secs(5), handle)
+            .await
+            .expect("the completer stops on its signal")
+            .unwrap();
+        assert_eq!(service.calls.load(Ordering::SeqCst), 1);
+        assert_eq!((totals.attempted, totals.failed), (1, 1));
     }
 }

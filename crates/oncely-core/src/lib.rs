@@ -73,10 +73,11 @@ pub use policy::{
 };
 pub use problem::{ErrorCode, Problem, StatusProfile, X_SHOULD_RETRY};
 pub use record::{
-    FencingToken, HeaderFields, Record, RecordState, StoredRequest, StoredResponse, UnixMillis,
+    FencingToken, HeaderFields, Record, RecordState, Redrives, StoredRequest, StoredResponse,
+    UnixMillis,
 };
 pub use store::memory::MemoryStore;
 pub use store::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, StoreError,
-    decide,
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, RedriveNote,
+    StoreError, decide,
 };

@@ -48,6 +48,12 @@ pub enum ErrorCode {
     /// retryable unchanged: send the body without the repeated name (or the number as a
     /// string).
     BodyNotCanonicalizable,
+    /// The request with this key was abandoned part-way (its server died or an outside system
+    /// kept failing), the completer re-drove it a bounded number of times without finishing
+    /// it, and marked it for a person. It is never executed again: the first attempt may have
+    /// taken effect part-way, and only a person can tell. Not retryable, and a retry with a
+    /// *new* key may execute the request a second time: contact the operator instead.
+    RequestNeedsAttention,
 }
 
 impl ErrorCode {
@@ -63,11 +69,12 @@ impl ErrorCode {
             Self::ScopeMissing => "idempotency_scope_missing",
             Self::RequestTooLarge => "idempotency_request_too_large",
             Self::BodyNotCanonicalizable => "idempotency_body_not_canonicalizable",
+            Self::RequestNeedsAttention => "idempotency_request_needs_attention",
         }
     }
 
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 10] = [
         Self::KeyMissing,
         Self::KeyInvalid,
         Self::KeyMismatch,
@@ -77,6 +84,7 @@ impl ErrorCode {
         Self::ScopeMissing,
         Self::RequestTooLarge,
         Self::BodyNotCanonicalizable,
+        Self::RequestNeedsAttention,
     ];
 
     /// Whether a client may retry the same request unchanged.
@@ -96,6 +104,9 @@ impl ErrorCode {
             Self::ScopeMissing => "Caller not authenticated",
             Self::RequestTooLarge => "Request body too large",
             Self::BodyNotCanonicalizable => "JSON body not I-JSON",
+            Self::RequestNeedsAttention => {
+                "The request with this Idempotency-Key could not be finished and needs a person"
+            }
         }
     }
 }
@@ -119,6 +130,7 @@ impl fmt::Display for ErrorCode {
 /// | `idempotency_scope_missing` | 401 | 401 | 401 |
 /// | `idempotency_request_too_large` | 413 | 413 | 413 |
 /// | `idempotency_body_not_canonicalizable` | 400 | 400 | 400 |
+/// | `idempotency_request_needs_attention` | 409 | 409 | 409 |
 ///
 /// Sources: `ietf` follows draft-ietf-httpapi-idempotency-key-header section 2.7 (400 missing,
 /// 422 reuse with another payload, 409 concurrent). `stripe` follows Stripe's documented
@@ -128,6 +140,12 @@ impl fmt::Display for ErrorCode {
 ///
 /// Why 422 by default: many generic retry loops retry every 409, and a mismatch is a client bug
 /// that must not be retried.
+///
+/// Why 409 for `idempotency_request_needs_attention`: the key's record is in a state that
+/// conflicts with running the request (it may have taken effect part-way), it is not a
+/// transient failure (a `503` would invite retries for ever), and it is not the client's error.
+/// Like every problem it carries `retryable: false` and `x-should-retry: false`, which the SDKs
+/// that retry a bare `409` honour first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum StatusProfile {
@@ -152,7 +170,9 @@ impl StatusProfile {
                 Self::Stripe => 400,
                 Self::Resend => 409,
             },
-            ErrorCode::RequestInFlight | ErrorCode::ResponseNotRetained => 409,
+            ErrorCode::RequestInFlight
+            | ErrorCode::ResponseNotRetained
+            | ErrorCode::RequestNeedsAttention => 409,
             ErrorCode::StoreUnavailable => 503,
             ErrorCode::ScopeMissing => 401,
             ErrorCode::RequestTooLarge => 413,
@@ -297,6 +317,11 @@ mod tests {
             assert_eq!(refused.status, 400);
             assert_eq!(refused.code, "idempotency_body_not_canonicalizable");
             assert!(!refused.retryable);
+            let person = Problem::new(ErrorCode::RequestNeedsAttention, p, "");
+            assert_eq!(person.status, 409);
+            assert_eq!(person.code, "idempotency_request_needs_attention");
+            assert!(!person.retryable);
+            assert_ne!(person.code, ErrorCode::RequestInFlight.as_str());
         }
     }
 

@@ -322,6 +322,38 @@ pub struct Record {
     /// (the completer re-drives in-flight records only): completing or releasing the record
     /// drops it, so a complete or released record holds `None`.
     pub request: Option<StoredRequest>,
+    /// What the completer did with the record while it was abandoned in flight: its attempts,
+    /// its backoff and whether it gave up. A takeover keeps it (the same request resumes); a
+    /// new claim starts it again from [`Redrives::default`]. Meaningful only in flight.
+    pub redrives: Redrives,
+}
+
+/// The completer's bookkeeping on one abandoned in-flight record, kept in the store so that it
+/// survives a restart of the process that runs the completer (written by
+/// [`KeyStore::note_redrive`](crate::KeyStore::note_redrive)).
+///
+/// Records written before this existed decode as [`Redrives::default`]: no attempts, no
+/// backoff, not marked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Redrives {
+    /// How many times the completer re-drove the request (0: never).
+    pub attempts: u32,
+    /// The completer does not re-drive the record again before this time (epoch
+    /// milliseconds); `None` before its first attempt.
+    pub next_attempt_at: Option<UnixMillis>,
+    /// When the completer gave up and marked the record for a person (epoch milliseconds);
+    /// `None` while it still tries. A marked record is never re-driven, never taken over, and
+    /// every request with its key and fingerprint is answered
+    /// [`ClaimOutcome::NeedsAttention`](crate::ClaimOutcome::NeedsAttention) until the reaper
+    /// deletes it at the end of its retention.
+    pub marked_at: Option<UnixMillis>,
+}
+
+impl Redrives {
+    /// Whether the completer gave up on the record.
+    pub fn is_marked(&self) -> bool {
+        self.marked_at.is_some()
+    }
 }
 
 impl Record {
@@ -332,6 +364,11 @@ impl Record {
             RecordState::Complete { .. } => "complete",
             RecordState::Released => "released",
         }
+    }
+
+    /// Whether the record is in flight and marked for a person (the completer gave up on it).
+    pub fn is_marked(&self) -> bool {
+        matches!(self.state, RecordState::InFlight { .. }) && self.redrives.is_marked()
     }
 
     /// The recovery point, when in flight.

@@ -115,6 +115,13 @@ pub const GRPC_STATUS_TABLE: &[StatusRow] = &[
     ),
     row(STREAMING_UNSUPPORTED, Code::Unimplemented, false),
     row("handler_did_not_commit", Code::Internal, false),
+    // The completer gave up on the request and a person must look: never retried (AIP-193:
+    // the system is not in the state the call needs, and retrying will not change that).
+    row(
+        "idempotency_request_needs_attention",
+        Code::FailedPrecondition,
+        false,
+    ),
 ];
 
 /// The gRPC statuses the recommended A6 retry policy retries: `UNAVAILABLE` and `ABORTED`.
@@ -135,7 +142,12 @@ pub fn grpc_code_of(code: &str, http_status: u16, retryable: bool) -> Code {
     match GRPC_STATUS_TABLE.iter().find(|r| r.code == code) {
         Some(r) => r.grpc,
         None if retryable => Code::Unavailable,
-        None => code_of_http_status(http_status),
+        // A final answer must never come out as a status the recommended A6 policy retries
+        // (a 409 that is not "in flight" would otherwise be ABORTED).
+        None => match code_of_http_status(http_status) {
+            c if RETRYABLE_STATUS_CODES.contains(&c) => Code::FailedPrecondition,
+            c => c,
+        },
     }
 }
 
@@ -355,6 +367,21 @@ mod tests {
                 r.code
             );
         }
+        // A code outside the table that is final never maps to a status A6 retries, whatever
+        // its HTTP status (409 would be ABORTED, 503 UNAVAILABLE).
+        for http in [409, 503, 400, 500] {
+            let c = grpc_code_of("some_layer_code", http, false);
+            assert!(!RETRYABLE_STATUS_CODES.contains(&c), "{http} -> {c:?}");
+        }
+        assert_eq!(
+            grpc_code_of("some_layer_code", 409, false),
+            Code::FailedPrecondition
+        );
+        assert_eq!(grpc_code_of("some_layer_code", 404, false), Code::NotFound);
+        assert_eq!(
+            grpc_code_of("some_layer_code", 409, true),
+            Code::Unavailable
+        );
         // And the table agrees with the core's own view of what is retryable.
         for code in ErrorCode::ALL {
             let row = GRPC_STATUS_TABLE

@@ -26,6 +26,7 @@
 //!     ClaimOutcome::Claimed(claim) => { /* run the handler, in phases */ }
 //!     ClaimOutcome::Replay { response, .. } => { /* replay it */ }
 //!     ClaimOutcome::InFlight { .. } | ClaimOutcome::Mismatch => { /* 409 / 422 */ }
+//!     ClaimOutcome::NeedsAttention { .. } => { /* 409: the completer gave up on it */ }
 //! }
 //! # Ok(()) }
 //! ```

@@ -7,7 +7,8 @@ macro_rules! record_columns {
     () => {
         "scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, \
          recovery_point, completed_at, response_status, response_headers, response_body, \
-         response_body_retained, request, created_at, expires_at"
+         response_body_retained, request, created_at, expires_at, redrive_attempts, \
+         redrive_next_at, marked_at"
     };
 }
 
@@ -52,12 +53,14 @@ macro_rules! claim_guard {
 }
 
 /// A takeover of a lapsed lease: a new token and lease; the fingerprint, recovery point,
-/// `created_at` and the original request are kept (the same request resumes). `$8` new token,
-/// `$9` lease expiry, `$10` request (kept only if the record has none), `$11` expires_at.
+/// `created_at`, the original request and the completer's attempts are kept (the same request
+/// resumes). `$8` new token, `$9` lease expiry, `$10` request (kept only if the record has
+/// none), `$11` expires_at. Never over a record the completer marked for a person meanwhile.
 pub(crate) const CLAIM_TAKEOVER: &str = concat!(
     "UPDATE oncely_idempotency_keys SET token = $8, lease_expires_at = $9, \
      request = COALESCE(request, $10), expires_at = $11",
-    claim_guard!()
+    claim_guard!(),
+    " AND marked_at IS NULL"
 );
 
 /// A brand-new claim over a released record or one past its replay window: every column is
@@ -68,7 +71,7 @@ pub(crate) const CLAIM_ANEW: &str = concat!(
      fingerprint = $10, state = 'in_flight', lease_expires_at = $11, recovery_point = NULL, \
      completed_at = NULL, response_status = NULL, response_headers = NULL, \
      response_body = NULL, response_body_retained = NULL, request = $12, created_at = $13, \
-     expires_at = $14",
+     expires_at = $14, redrive_attempts = 0, redrive_next_at = NULL, marked_at = NULL",
     claim_guard!()
 );
 
@@ -124,13 +127,47 @@ pub(crate) const REAP: &str = "WITH doomed AS ( \
     WHERE t.scope = doomed.scope AND t.key = doomed.key \
     RETURNING t.scope, t.key, t.state";
 
-/// Abandoned in-flight records: `$1` cutoff (now minus grace), `$2` limit; served by the
-/// partial index on in-flight leases.
+/// Abandoned in-flight records: `$1` cutoff (now minus grace), `$2` limit, `$3` now; served by
+/// the partial index on in-flight leases of unmarked records, skipping those inside the
+/// completer's backoff.
 pub(crate) const LIST_ABANDONED: &str = concat!(
     "SELECT ",
     record_columns!(),
-    " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND lease_expires_at <= $1 \
+    " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND marked_at IS NULL \
+     AND lease_expires_at <= $1 AND (redrive_next_at IS NULL OR redrive_next_at <= $3) \
      ORDER BY lease_expires_at, scope, key LIMIT $2"
+);
+
+/// The guard of the completer's notes: in flight with the token, lease lapsed, not marked, the
+/// attempts the completer saw. `$1` scope, `$2` key, `$3` token, `$4` now, `$5` attempts seen.
+macro_rules! redrive_guard {
+    () => {
+        " WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight' \
+          AND lease_expires_at <= $4 AND marked_at IS NULL AND redrive_attempts = $5 \
+          RETURNING redrive_attempts, redrive_next_at, marked_at"
+    };
+}
+
+/// Counts one re-drive attempt: `$6` the next attempt time (now plus the backoff).
+pub(crate) const NOTE_ATTEMPT: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET redrive_attempts = redrive_attempts + 1, \
+     redrive_next_at = $6",
+    redrive_guard!()
+);
+
+/// Marks the record for a person: `$6` now.
+pub(crate) const NOTE_MARK: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET marked_at = $6",
+    redrive_guard!()
+);
+
+/// In-flight records marked for a person, oldest mark first, through their partial index.
+/// `$1` limit.
+pub(crate) const LIST_MARKED: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND marked_at IS NOT NULL \
+     ORDER BY marked_at, scope, key LIMIT $1"
 );
 
 /// Marks the start of a phase's business writes, so that `rollback_and_release` can undo them

@@ -8,8 +8,8 @@ use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, Fingerprint,
-    IdempotencyKey, KeyStore, ReapReport, Record, RecordKey, RecordState, Scope, StoreError,
-    StoredRequest, StoredResponse, SystemClock, UnixMillis, decide,
+    IdempotencyKey, KeyStore, ReapReport, Record, RecordKey, RecordState, RedriveNote, Redrives,
+    Scope, StoreError, StoredRequest, StoredResponse, SystemClock, UnixMillis, decide,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
@@ -444,14 +444,57 @@ impl KeyStore for PostgresStore {
         grace: Duration,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
-        let cutoff = self
-            .clock
-            .now_millis()
-            .saturating_sub(duration_millis(grace));
+        let now = self.clock.now_millis();
+        let cutoff = now.saturating_sub(duration_millis(grace));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = retry_transient!(
             sqlx::query(sql::LIST_ABANDONED)
                 .bind(cutoff)
+                .bind(limit)
+                .bind(now)
+                .fetch_all(&self.pool)
+                .await
+        )
+        .map_err(map)?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: RedriveNote,
+    ) -> Result<Redrives, StoreError> {
+        let now = self.clock.now_millis();
+        let (statement, value) = match note {
+            RedriveNote::Attempt { backoff } => (
+                sql::NOTE_ATTEMPT,
+                now.saturating_add(duration_millis(backoff)),
+            ),
+            RedriveNote::Mark => (sql::NOTE_MARK, now),
+        };
+        let seen = i32::try_from(attempts_seen).unwrap_or(i32::MAX);
+        let row = retry_transient!(
+            sqlx::query(statement)
+                .bind(id.scope.as_str())
+                .bind(id.key.as_str())
+                .bind(token.0)
+                .bind(now)
+                .bind(seen)
+                .bind(value)
+                .fetch_optional(&self.pool)
+                .await
+        )
+        .map_err(map)?
+        .ok_or(StoreError::Fenced)?;
+        redrives_from_row(&row, 0, 1, 2)
+    }
+
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = retry_transient!(
+            sqlx::query(sql::LIST_MARKED)
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await
@@ -529,6 +572,7 @@ pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
         .map(|b| StoredRequest::decode(&b))
         .transpose()
         .map_err(|e| corrupt("request", e))?;
+    let redrives = redrives_from_row(row, "redrive_attempts", "redrive_next_at", "marked_at")?;
     Ok(Record {
         scope: Scope::new(scope),
         key,
@@ -538,5 +582,21 @@ pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
         created_at: row.try_get("created_at").map_err(map)?,
         expires_at: row.try_get("expires_at").map_err(map)?,
         request,
+        redrives,
+    })
+}
+
+/// Reads the completer's three columns (by name or position).
+fn redrives_from_row<I: sqlx::ColumnIndex<PgRow>>(
+    row: &PgRow,
+    attempts: I,
+    next: I,
+    marked: I,
+) -> Result<Redrives, StoreError> {
+    let n: i32 = row.try_get(attempts).map_err(map)?;
+    Ok(Redrives {
+        attempts: u32::try_from(n).map_err(|e| corrupt("redrive_attempts", e))?,
+        next_attempt_at: row.try_get(next).map_err(map)?,
+        marked_at: row.try_get(marked).map_err(map)?,
     })
 }

@@ -48,7 +48,9 @@ async fn storm(stores: &[Arc<PostgresStore>], id: &RecordKey, effects: &AtomicU6
                 assert_eq!(response, tricky_response(), "a replay is byte-identical");
                 tally.replays += 1;
             }
-            ClaimOutcome::Mismatch => panic!("same body, no mismatch"),
+            other @ (ClaimOutcome::Mismatch | ClaimOutcome::NeedsAttention { .. }) => {
+                panic!("same body, never marked: {other:?}")
+            }
         }
     }
     tally
@@ -208,14 +210,23 @@ async fn concurrent_migrations_on_a_fresh_database() {
         .fetch_one(check.pool())
         .await
         .unwrap();
-    assert_eq!(applied, 1);
+    let shipped = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        applied, shipped as i64,
+        "each shipped migration applied once"
+    );
     let indexes: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_indexes WHERE tablename = 'oncely_idempotency_keys'",
     )
     .fetch_one(check.pool())
     .await
     .unwrap();
-    assert_eq!(indexes, 3, "primary key, expires_at, in-flight leases");
+    assert_eq!(
+        indexes, 4,
+        "primary key, expires_at, in-flight leases, marked records"
+    );
     check.pool().close().await;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE {db} WITH (FORCE)"

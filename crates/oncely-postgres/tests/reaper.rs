@@ -14,11 +14,12 @@ mod common;
 use async_trait::async_trait;
 use oncely_core::conformance::{LEASE, RETENTION, claim_req};
 use oncely_core::jobs::{
-    CompleterReport, Reaper, Redrive, RedriveError, complete_abandoned, reap_all,
+    CompleterReport, Reaper, Redrive, RedriveError, RedrivePolicy, complete_abandoned, reap_all,
 };
 use oncely_core::{
     ClaimOutcome, ClaimRequest, Clock, FencingToken, IdempotencyKey, KeyStore, ManualClock,
-    ReapReport, Record, RecordKey, Scope, StoreError, StoredResponse, SystemClock, UnixMillis,
+    ReapReport, Record, RecordKey, RedriveNote, Redrives, Scope, StoreError, StoredResponse,
+    SystemClock, UnixMillis,
 };
 use oncely_postgres::PostgresStore;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -120,6 +121,18 @@ impl KeyStore for Timed {
     async fn list_abandoned(&self, g: Duration, l: usize) -> Result<Vec<Record>, StoreError> {
         self.inner.list_abandoned(g, l).await
     }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        t: FencingToken,
+        seen: u32,
+        note: RedriveNote,
+    ) -> Result<Redrives, StoreError> {
+        self.inner.note_redrive(id, t, seen, note).await
+    }
+    async fn list_marked(&self, l: usize) -> Result<Vec<Record>, StoreError> {
+        self.inner.list_marked(l).await
+    }
 }
 
 const BATCH: usize = 1_000;
@@ -187,7 +200,8 @@ async fn reaps_100k_in_bounded_batches_while_claims_succeed() {
         report,
         ReapReport {
             deleted: EXPIRED as u64,
-            orphaned: (EXPIRED / 100) as u64
+            orphaned: (EXPIRED / 100) as u64,
+            marked: 0,
         }
     );
     let batches = timed.batches.lock().unwrap().clone();
@@ -263,7 +277,8 @@ async fn reaper_task_on_postgres() {
         totals,
         ReapReport {
             deleted: 2_000,
-            orphaned: 20
+            orphaned: 20,
+            marked: 0,
         }
     );
     assert_eq!(count(&store, kept.as_str()).await, 30);
@@ -300,6 +315,7 @@ impl Redrive for Service {
             Ok(ClaimOutcome::InFlight { .. }) => return Ok(409),
             Ok(ClaimOutcome::Replay { response, .. }) => return Ok(response.status),
             Ok(ClaimOutcome::Mismatch) => return Ok(422),
+            Ok(ClaimOutcome::NeedsAttention { .. }) => return Ok(409),
             Err(e) => return Err(RedriveError::Unreachable(Box::new(e))),
         };
         assert_eq!(claim.recovery_point.as_deref(), Some("charge_created"));
@@ -363,13 +379,15 @@ async fn completer_on_postgres() {
         store: store.clone(),
         calls: AtomicU64::new(0),
     };
-    let report = complete_abandoned(&store, &service, Duration::from_secs(60), 100).await;
+    let policy = RedrivePolicy::default();
+    let report = complete_abandoned(&store, &service, Duration::from_secs(60), 100, &policy).await;
     assert_eq!(
         report,
         CompleterReport {
             attempted: 3,
             completed: 3,
-            failed: 0
+            failed: 0,
+            marked: 0,
         }
     );
     assert_eq!(service.calls.load(Ordering::SeqCst), 3);
@@ -386,7 +404,7 @@ async fn completer_on_postgres() {
         store.get(&live).await.unwrap().unwrap().state_name(),
         "in_flight"
     );
-    let again = complete_abandoned(&store, &service, Duration::from_secs(60), 100).await;
+    let again = complete_abandoned(&store, &service, Duration::from_secs(60), 100, &policy).await;
     assert_eq!(again, CompleterReport::default());
     for scope in abandoned
         .iter()
@@ -399,4 +417,79 @@ async fn completer_on_postgres() {
             .await
             .unwrap();
     }
+}
+
+/// A re-drive whose service never finishes the request; counts the calls for one scope (a
+/// shared database may hold other tests' leftovers).
+struct Down(Scope, AtomicU64);
+
+#[async_trait]
+impl Redrive for Down {
+    async fn redrive(&self, record: &Record) -> Result<u16, RedriveError> {
+        if record.scope == self.0 {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+        Err(RedriveError::Unreachable("connection refused".into()))
+    }
+}
+
+/// The completer's attempt count lives in the database: three completers, each on its own
+/// store (a process restarted between passes), give one record its 2 attempts in total and the
+/// third marks it for a person; then no completer re-drives it again, the reaper counts it, and a
+/// retry is answered `NeedsAttention`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completer_attempts_survive_a_restart() {
+    let _serial = SERIAL.lock().await;
+    // 1977: after completer_on_postgres's year, before every other test's leases (2000 on).
+    let clock = ManualClock::new(T1975 + 2 * 365 * 86_400_000);
+    if common::url().is_none() {
+        return;
+    }
+    let id = RecordKey::new(
+        common::fresh_scope("completer-restart"),
+        IdempotencyKey::new("K").unwrap(),
+    );
+    let body = r#"{"restart":1}"#;
+    {
+        let store = common::store(clock.clone()).await.unwrap();
+        let ClaimOutcome::Claimed(c) = store.claim(claim_req(&id, body)).await.unwrap() else {
+            panic!()
+        };
+        store
+            .checkpoint(&id, c.token, "payment_recorded", LEASE)
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(300));
+    let policy = RedrivePolicy::new(2, Duration::from_secs(10), Duration::from_secs(10));
+    let down = Down(id.scope.clone(), AtomicU64::new(0));
+    for pass in 1..=3_u32 {
+        // A new pool each time: nothing is remembered in memory between passes.
+        let store = common::store(clock.clone()).await.unwrap();
+        complete_abandoned(&store, &down, Duration::from_secs(60), 100_000, &policy).await;
+        let rec = store.get(&id).await.unwrap().unwrap();
+        assert_eq!(rec.redrives.attempts, pass.min(2), "pass {pass}");
+        assert_eq!(rec.is_marked(), pass == 3, "pass {pass}");
+        store.pool().close().await;
+        clock.advance(Duration::from_secs(10));
+    }
+    assert_eq!(down.1.load(Ordering::SeqCst), 2);
+    let store = common::store(clock.clone()).await.unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert!(rec.is_marked(), "{rec:?}");
+    assert_eq!(rec.redrives.attempts, 2);
+    let again = complete_abandoned(&store, &down, Duration::from_secs(60), 100_000, &policy).await;
+    assert_eq!(again.marked, 0);
+    assert_eq!(down.1.load(Ordering::SeqCst), 2);
+    assert!(matches!(
+        store.claim(claim_req(&id, body)).await.unwrap(),
+        ClaimOutcome::NeedsAttention { attempts: 2, .. }
+    ));
+    let listed = store.list_marked(100_000).await.unwrap();
+    assert!(listed.iter().any(|r| r.scope == id.scope));
+    sqlx::query(DELETE_SCOPE)
+        .bind(id.scope.as_str())
+        .execute(store.pool())
+        .await
+        .unwrap();
 }

@@ -2,8 +2,8 @@
 //! does not decode is [`StoreError::Corrupt`]: never guessed, never half-returned.
 
 use oncely_core::{
-    FencingToken, Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, Scope, StoreError,
-    StoredRequest, StoredResponse, UnixMillis,
+    FencingToken, Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, Redrives, Scope,
+    StoreError, StoredRequest, StoredResponse, UnixMillis,
 };
 use redis::Value;
 use std::collections::HashMap;
@@ -82,6 +82,19 @@ pub(crate) fn record(f: &Fields, id: Option<&RecordKey>) -> Result<Option<Record
             )));
         }
     };
+    let opt_int = |name: &str| match f.get(name.as_bytes()) {
+        Some(_) => int(f, name).map(Some),
+        None => Ok(None),
+    };
+    // Absent in records written before the completer counted its attempts: never re-driven.
+    let redrives = Redrives {
+        attempts: match opt_int("attempts")? {
+            Some(n) => u32::try_from(n).map_err(|_| corrupt("field `attempts` out of range"))?,
+            None => 0,
+        },
+        next_attempt_at: opt_int("next_attempt")?,
+        marked_at: opt_int("marked")?,
+    };
     Ok(Some(Record {
         scope,
         key,
@@ -91,6 +104,7 @@ pub(crate) fn record(f: &Fields, id: Option<&RecordKey>) -> Result<Option<Record
         created_at: int(f, "created")?,
         expires_at: int(f, "expires")?,
         request,
+        redrives,
     }))
 }
 
@@ -196,6 +210,25 @@ mod tests {
             }
         );
         assert_eq!((r.created_at, r.expires_at, r.request), (10, 99, None));
+        assert_eq!(
+            r.redrives,
+            Redrives::default(),
+            "a record from before the completer's fields"
+        );
+        let mut f = f;
+        f.insert(b"attempts".to_vec(), b"2".to_vec());
+        f.insert(b"next_attempt".to_vec(), b"5000".to_vec());
+        f.insert(b"marked".to_vec(), b"6000".to_vec());
+        assert_eq!(
+            record(&f, None).unwrap().unwrap().redrives,
+            Redrives {
+                attempts: 2,
+                next_attempt_at: Some(5000),
+                marked_at: Some(6000)
+            }
+        );
+        f.insert(b"attempts".to_vec(), b"-1".to_vec());
+        assert!(matches!(record(&f, None), Err(StoreError::Corrupt(_))));
     }
 
     #[test]
@@ -231,6 +264,7 @@ mod tests {
             created_at: 10,
             expires_at: 99,
             request: None,
+            redrives: Redrives::default(),
         };
         // Today's form: no identity fields, compact headers, no request once complete.
         let mut new = fields(&common);

@@ -33,6 +33,7 @@
 //!     ClaimOutcome::InFlight { .. } => { /* 409 idempotency_request_in_flight */ }
 //!     ClaimOutcome::Replay { .. } => { /* replay the stored response */ }
 //!     ClaimOutcome::Mismatch => { /* 422 idempotency_key_mismatch */ }
+//!     ClaimOutcome::NeedsAttention { .. } => { /* 409 idempotency_request_needs_attention */ }
 //! }
 //! # Ok(()) }
 //! ```
@@ -53,6 +54,7 @@
 //! | `created`, `expires` | claim time and end of retention (epoch ms) |
 //! | `req` | in flight: the stored request (JSON, [`StoredRequest::encode`](oncely_core::StoredRequest::encode)); absent when none, and deleted by complete and release |
 //! | `status`, `headers`, `body`, `retained`, `completed` | complete: the response (headers as JSON, body raw) and completion time (epoch ms) |
+//! | `attempts`, `next_attempt`, `marked` | in flight, written by the completer: its re-drives so far, when it may try again, and when it gave up and marked the record for a person (epoch ms); absent until then (and in records written before they existed, which read as never re-driven) |
 //!
 //! Every write also sets the hash's Redis TTL to `expires - now`, so Redis deletes the record by
 //! itself when its retention ends. `expires` is never earlier than a live lease's end, so a

@@ -53,7 +53,8 @@ end
 ///
 /// Returns `{'claimed', token, lease_expires_at, kind, recovery_point|nil}`,
 /// `{'in_flight', lease_expires_at}`, `{'replay', status, headers, body, retained, completed_at}`,
-/// `{'mismatch'}` or `{'corrupt', why}`.
+/// `{'mismatch'}`, `{'needs_attention', marked_at, attempts, recovery_point|nil}` or
+/// `{'corrupt', why}`.
 pub(crate) const CLAIM: &str = concat!(
     prelude!(),
     r#"
@@ -64,6 +65,7 @@ local lease, window, retention = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(
 local cur = redis.call('HMGET', k, 'state', 'token', 'fp_v', 'fp', 'lease', 'completed')
 local state = cur[1]
 local token, kind, rp, created, req = 1, 'new', false, now, ARGV[9]
+local attempts, next_attempt = false, false
 if state then
   local prev_token = tonumber(cur[2])
   if prev_token == nil then return {'corrupt', 'token'} end
@@ -85,15 +87,20 @@ if state then
     end
   elseif state == 'in_flight' then
     if not same then return {'mismatch'} end
+    -- Marked for a person by the completer: never claimed again while it is kept.
+    local mark = redis.call('HMGET', k, 'marked', 'attempts', 'rp')
+    if mark[1] then return {'needs_attention', mark[1], mark[2] or '0', mark[3]} end
     local lease_at = tonumber(cur[5])
     if lease_at == nil then return {'corrupt', 'lease'} end
     if now < lease_at then return {'in_flight', int(lease_at)} end
-    -- Takeover: the same request resumes, keeping its recovery point, request and claim time.
+    -- Takeover: the same request resumes, keeping its recovery point, request, claim time and
+    -- the completer's attempts on it.
     kind = 'takeover'
-    local prev = redis.call('HMGET', k, 'rp', 'created', 'req')
+    local prev = redis.call('HMGET', k, 'rp', 'created', 'req', 'attempts', 'next_attempt')
     rp = prev[1]
     created = tonumber(prev[2]) or now
     if prev[3] then req = prev[3] end
+    attempts, next_attempt = prev[4], prev[5]
   else
     return {'corrupt', 'state'}
   end
@@ -106,6 +113,8 @@ local f = {'fp_v', fp_v, 'fp', fp, 'token', int(token),
   'state', 'in_flight', 'lease', int(lease_at), 'created', int(created), 'expires', int(expires)}
 if rp then f[#f + 1] = 'rp'; f[#f + 1] = rp end
 if req ~= '' then f[#f + 1] = 'req'; f[#f + 1] = req end
+if attempts then f[#f + 1] = 'attempts'; f[#f + 1] = attempts end
+if next_attempt then f[#f + 1] = 'next_attempt'; f[#f + 1] = next_attempt end
 redis.call('HSET', k, unpack(f))
 set_ttl(k, now, expires)
 return {'claimed', int(token), int(lease_at), kind, rp}
@@ -188,5 +197,34 @@ local expires = tonumber(r[1])
 if expires == nil or expires > now then return {'kept'} end
 redis.call('DEL', k)
 return {'deleted', r[2] or ''}
+"#
+);
+
+/// The completer's note on an abandoned record ([`oncely_core::KeyStore::note_redrive`]): only
+/// while it is in flight with the token, its lease lapsed, it is not marked and its attempt
+/// count is the one the completer saw. `ARGV`: now, token, attempts seen, `attempt` or `mark`,
+/// backoff ms. Returns `{'ok', attempts, next_attempt|nil, marked|nil}` or `{'fenced'}`.
+pub(crate) const NOTE_REDRIVE: &str = concat!(
+    prelude!(),
+    r#"
+local k = KEYS[1]
+if not owned(k, ARGV[2]) then return {'fenced'} end
+local now = now_ms()
+local cur = redis.call('HMGET', k, 'lease', 'marked', 'attempts', 'next_attempt')
+local lease_at = tonumber(cur[1])
+local attempts = tonumber(cur[3]) or 0
+if lease_at == nil or lease_at > now or cur[2] or attempts ~= tonumber(ARGV[3]) then
+  return {'fenced'}
+end
+local next_attempt, marked = cur[4], false
+if ARGV[4] == 'attempt' then
+  attempts = attempts + 1
+  next_attempt = int(now + tonumber(ARGV[5]))
+  redis.call('HSET', k, 'attempts', int(attempts), 'next_attempt', next_attempt)
+else
+  marked = int(now)
+  redis.call('HSET', k, 'marked', marked)
+end
+return {'ok', int(attempts), next_attempt, marked}
 "#
 );

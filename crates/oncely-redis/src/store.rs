@@ -12,7 +12,7 @@ use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ReapReport, Record,
-    RecordKey, RecordState, StoreError, StoredResponse, UnixMillis,
+    RecordKey, RecordState, RedriveNote, Redrives, StoreError, StoredResponse, UnixMillis,
 };
 use redis::{ErrorKind, RedisResult, Script, ServerErrorKind, Value};
 use std::collections::{BinaryHeap, HashSet};
@@ -59,6 +59,7 @@ struct Scripts {
     complete: Lua,
     release: Lua,
     reap_one: Lua,
+    note_redrive: Lua,
 }
 
 /// Compiled once per process; `Script` sends `EVALSHA` and falls back to `EVAL` (loading the
@@ -70,6 +71,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     complete: Lua::new(scripts::COMPLETE),
     release: Lua::new(scripts::RELEASE),
     reap_one: Lua::new(scripts::REAP_ONE),
+    note_redrive: Lua::new(scripts::NOTE_REDRIVE),
 });
 
 /// Connection settings for [`RedisStore::connect_with`]. The store URL's query parameters
@@ -564,6 +566,40 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Reads whole records by their Redis keys (pipelined on one endpoint, in parallel on a
+    /// cluster, where they live in different slots); keys that no longer exist are left out.
+    async fn fetch(&self, names: Vec<Vec<u8>>) -> Result<Vec<Record>, StoreError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<Fields> = if self.conn.is_cluster() {
+            futures::future::try_join_all(names.iter().map(|k| {
+                let mut conn = self.conn.clone();
+                self.run(async move { redis::cmd("HGETALL").arg(k).query_async(&mut conn).await })
+            }))
+            .await?
+        } else {
+            let mut pipe = redis::pipe();
+            for k in &names {
+                pipe.cmd("HGETALL").arg(k);
+            }
+            let mut conn = self.conn.clone();
+            self.run(async move { pipe.query_async(&mut conn).await })
+                .await?
+        };
+        let mut out = Vec::with_capacity(rows.len());
+        for (k, fields) in names.iter().zip(&rows) {
+            // The Redis key names the record (records no longer store scope and key).
+            let id = keys::parse_record_key(&self.namespace, k);
+            if let Some(rec) = decode::record(fields, id.as_ref())? {
+                out.push(rec);
+            }
+        }
+        Ok(out)
+    }
+}
+
 async fn within<T>(
     timeout: Duration,
     fut: impl Future<Output = RedisResult<T>>,
@@ -633,6 +669,17 @@ impl KeyStore for RedisStore {
                 completed_at: decode::reply_int(&r, 5)?,
             }),
             Some(b"mismatch") => Ok(ClaimOutcome::Mismatch),
+            Some(b"needs_attention") => Ok(ClaimOutcome::NeedsAttention {
+                marked_at: decode::reply_int(&r, 1)?,
+                attempts: u32::try_from(decode::reply_int(&r, 2)?)
+                    .map_err(|_| StoreError::Corrupt("redis: attempts out of range".into()))?,
+                recovery_point: match decode::reply_bytes(&r, 3) {
+                    Some(b) => Some(String::from_utf8(b.to_vec()).map_err(|_| {
+                        StoreError::Corrupt("redis: recovery point is not UTF-8".into())
+                    })?),
+                    None => None,
+                },
+            }),
             Some(b"corrupt") => Err(StoreError::Corrupt(format!(
                 "redis record: bad field {}",
                 String::from_utf8_lossy(decode::reply_bytes(&r, 1).unwrap_or_default())
@@ -804,53 +851,108 @@ impl KeyStore for RedisStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let cutoff = self.now().await?.saturating_sub(millis(grace));
+        let now = self.now().await?;
+        let cutoff = now.saturating_sub(millis(grace));
+        let due = |next: Option<&Option<Vec<u8>>>| match next {
+            Some(Some(at)) => decode::parse_int(at).is_some_and(|at| at <= now),
+            _ => true,
+        };
         let lapsed = self
-            .scan_fields(&["state", "lease"], limit, |row| {
-                match (row.first().and_then(Option::as_deref), row.get(1)) {
-                    (Some(b"in_flight"), Some(Some(lease))) => {
+            .scan_fields(
+                &["state", "lease", "marked", "next_attempt"],
+                limit,
+                |row| match (
+                    row.first().and_then(Option::as_deref),
+                    row.get(1),
+                    row.get(2),
+                ) {
+                    (Some(b"in_flight"), Some(Some(lease)), Some(None)) if due(row.get(3)) => {
                         decode::parse_int(lease).filter(|at| *at <= cutoff)
                     }
                     _ => None,
-                }
-            })
+                },
+            )
             .await?;
-        if lapsed.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<Fields> = if self.conn.is_cluster() {
-            // The records live in different slots: one HGETALL each, all at once.
-            futures::future::try_join_all(lapsed.iter().map(|(_, k)| {
-                let mut conn = self.conn.clone();
-                self.run(async move { redis::cmd("HGETALL").arg(k).query_async(&mut conn).await })
-            }))
+        let mut out: Vec<Record> = self
+            .fetch(lapsed.into_iter().map(|(_, k)| k).collect())
             .await?
-        } else {
-            let mut pipe = redis::pipe();
-            for (_, k) in &lapsed {
-                pipe.cmd("HGETALL").arg(k);
-            }
-            let mut conn = self.conn.clone();
-            self.run(async move { pipe.query_async(&mut conn).await })
-                .await?
-        };
-        let mut out = Vec::with_capacity(rows.len());
-        for ((_, k), fields) in lapsed.iter().zip(&rows) {
-            let id = keys::parse_record_key(&self.namespace, k);
-            if let Some(rec) = decode::record(fields, id.as_ref())?
-                && let RecordState::InFlight {
-                    lease_expires_at, ..
-                } = rec.state
-                && lease_expires_at <= cutoff
-            {
-                out.push(rec);
-            }
-        }
+            .into_iter()
+            .filter(|rec| {
+                matches!(rec.state, RecordState::InFlight { lease_expires_at, .. }
+                    if lease_expires_at <= cutoff)
+                    && !rec.redrives.is_marked()
+                    && rec.redrives.next_attempt_at.is_none_or(|at| at <= now)
+            })
+            .collect();
         out.sort_by_key(|r| match r.state {
             RecordState::InFlight {
                 lease_expires_at, ..
             } => lease_expires_at,
             _ => 0,
+        });
+        Ok(out)
+    }
+
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: RedriveNote,
+    ) -> Result<Redrives, StoreError> {
+        let (kind, backoff): (&[u8], i64) = match note {
+            RedriveNote::Attempt { backoff } => (b"attempt", millis(backoff)),
+            RedriveNote::Mark => (b"mark", 0),
+        };
+        let r = self
+            .write(
+                &SCRIPTS.note_redrive,
+                id,
+                vec![
+                    token.0.to_string().into_bytes(),
+                    attempts_seen.to_string().into_bytes(),
+                    kind.to_vec(),
+                    backoff.to_string().into_bytes(),
+                ],
+                true,
+            )
+            .await?;
+        let opt = |i: usize| match decode::reply_bytes(&r, i) {
+            Some(_) => decode::reply_int(&r, i).map(Some),
+            None => Ok(None),
+        };
+        Ok(Redrives {
+            attempts: u32::try_from(decode::reply_int(&r, 1)?)
+                .map_err(|_| StoreError::Corrupt("redis: attempts out of range".into()))?,
+            next_attempt_at: opt(2)?,
+            marked_at: opt(3)?,
+        })
+    }
+
+    /// Lists up to `limit` in-flight records marked for a person, oldest mark first.
+    ///
+    /// Cost: one `SCAN` walk of every primary, as [`KeyStore::list_abandoned`] (Redis has no
+    /// index to read them from), then one `HGETALL` per listed record.
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let marked = self
+            .scan_fields(&["state", "marked"], limit, |row| {
+                match (row.first().and_then(Option::as_deref), row.get(1)) {
+                    (Some(b"in_flight"), Some(Some(at))) => decode::parse_int(at),
+                    _ => None,
+                }
+            })
+            .await?;
+        let mut out: Vec<Record> = self
+            .fetch(marked.into_iter().map(|(_, k)| k).collect())
+            .await?
+            .into_iter()
+            .filter(Record::is_marked)
+            .collect();
+        out.sort_by(|x, y| {
+            (x.redrives.marked_at, &x.scope, &x.key).cmp(&(y.redrives.marked_at, &y.scope, &y.key))
         });
         Ok(out)
     }

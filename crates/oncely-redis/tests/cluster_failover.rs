@@ -262,7 +262,11 @@ async fn scenario(port: u16, wait_replicas: u32) -> Outcome {
                             assert_eq!(r, response(&body), "{key}");
                             break;
                         }
-                        Ok(ClaimOutcome::Mismatch) => panic!("{key}: mismatch"),
+                        Ok(
+                            other @ (ClaimOutcome::Mismatch | ClaimOutcome::NeedsAttention { .. }),
+                        ) => {
+                            panic!("{key}: {other:?}")
+                        }
                         Ok(ClaimOutcome::Claimed(c)) => {
                             // Acknowledged: a fresh claim runs the side effect; a takeover
                             // resumes the same request.

@@ -2,7 +2,7 @@
 //! fit the three-state record is [`StoreError::Corrupt`], never a panic.
 
 use oncely_core::{
-    FencingToken, Fingerprint, IdempotencyKey, Record, RecordState, Scope, StoreError,
+    FencingToken, Fingerprint, IdempotencyKey, Record, RecordState, Redrives, Scope, StoreError,
     StoredRequest, StoredResponse,
 };
 use sqlx::Row;
@@ -70,6 +70,13 @@ pub(crate) fn decode_record(row: &SqliteRow) -> Result<Record, StoreError> {
         }
     };
 
+    let redrives = Redrives {
+        attempts: u32::try_from(col::<i64>(row, "redrive_attempts")?)
+            .map_err(|_| corrupt("redrive_attempts out of range"))?,
+        next_attempt_at: col(row, "redrive_next_at")?,
+        marked_at: col(row, "marked_at")?,
+    };
+
     Ok(Record {
         scope: Scope::new(scope.clone()),
         key: key_parsed,
@@ -79,6 +86,7 @@ pub(crate) fn decode_record(row: &SqliteRow) -> Result<Record, StoreError> {
         created_at: col(row, "created_at")?,
         expires_at: col(row, "expires_at")?,
         request,
+        redrives,
     })
 }
 

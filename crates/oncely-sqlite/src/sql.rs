@@ -6,7 +6,8 @@ macro_rules! record_columns {
     () => {
         "scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, \
          recovery_point, response_status, response_headers, response_body, \
-         response_body_retained, completed_at, created_at, expires_at, request"
+         response_body_retained, completed_at, created_at, expires_at, request, \
+         redrive_attempts, redrive_next_at, marked_at"
     };
 }
 
@@ -29,12 +30,14 @@ pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
 /// The claim of an existing key that [`oncely_core::decide`] granted (takeover, released, or past
 /// the replay window), conditional on the token that was read. `?1` fingerprint version, `?2`
 /// digest, `?3` new token, `?4` lease expiry, `?5` recovery point, `?6` created at, `?7` expires
-/// at, `?8` request, `?9` scope, `?10` key, `?11` the token read.
+/// at, `?8` request, `?9` scope, `?10` key, `?11` the token read, `?12` the completer's attempts
+/// and `?13` its next attempt time (kept by a takeover, 0 and NULL otherwise).
 pub(crate) const UPDATE_CLAIM: &str = "UPDATE oncely_idempotency_keys SET \
      fingerprint_version = ?1, fingerprint = ?2, token = ?3, state = 'in_flight', \
      lease_expires_at = ?4, recovery_point = ?5, response_status = NULL, \
      response_headers = NULL, response_body = NULL, response_body_retained = NULL, \
-     completed_at = NULL, created_at = ?6, expires_at = ?7, request = ?8 \
+     completed_at = NULL, created_at = ?6, expires_at = ?7, request = ?8, \
+     redrive_attempts = ?12, redrive_next_at = ?13, marked_at = NULL \
      WHERE scope = ?9 AND key = ?10 AND token = ?11";
 
 /// Renew a lease. `?1` lease expiry, `?2` scope, `?3` key, `?4` token.
@@ -70,12 +73,46 @@ pub(crate) const REAP_BATCH: &str = "DELETE FROM oncely_idempotency_keys WHERE r
      RETURNING state";
 
 /// Abandoned in-flight records, oldest lease first, through the partial index on in-flight
-/// leases. `?1` cutoff (now minus grace), `?2` limit.
+/// leases of unmarked records, skipping those inside the completer's backoff. `?1` cutoff (now
+/// minus grace), `?2` limit, `?3` now.
 pub(crate) const LIST_ABANDONED: &str = concat!(
     "SELECT ",
     record_columns!(),
-    " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND lease_expires_at <= ?1 \
+    " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND marked_at IS NULL \
+     AND lease_expires_at <= ?1 AND (redrive_next_at IS NULL OR redrive_next_at <= ?3) \
      ORDER BY lease_expires_at LIMIT ?2"
+);
+
+/// The guard of the completer's notes: in flight with the token, lease lapsed, not marked, the
+/// attempts the completer saw. `?2` scope, `?3` key, `?4` token, `?5` now, `?6` attempts seen.
+macro_rules! redrive_guard {
+    () => {
+        " WHERE scope = ?2 AND key = ?3 AND token = ?4 AND state = 'in_flight' \
+          AND lease_expires_at <= ?5 AND marked_at IS NULL AND redrive_attempts = ?6 \
+          RETURNING redrive_attempts, redrive_next_at, marked_at"
+    };
+}
+
+/// Counts one re-drive attempt: `?1` the next attempt time (now plus the backoff).
+pub(crate) const NOTE_ATTEMPT: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET redrive_attempts = redrive_attempts + 1, \
+     redrive_next_at = ?1",
+    redrive_guard!()
+);
+
+/// Marks the record for a person: `?1` now.
+pub(crate) const NOTE_MARK: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET marked_at = ?1",
+    redrive_guard!()
+);
+
+/// In-flight records marked for a person, oldest mark first, through their partial index.
+/// `?1` limit.
+pub(crate) const LIST_MARKED: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND marked_at IS NOT NULL \
+     ORDER BY marked_at, scope, key LIMIT ?1"
 );
 
 /// Starts a write transaction that takes SQLite's write lock at once (waiting up to the busy

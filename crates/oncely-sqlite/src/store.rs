@@ -8,8 +8,8 @@ use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, KeyStore,
-    ReapReport, Record, RecordKey, StoreError, StoredRequest, StoredResponse, SystemClock,
-    UnixMillis, decide,
+    ReapReport, Record, RecordKey, RedriveNote, Redrives, StoreError, StoredRequest,
+    StoredResponse, SystemClock, UnixMillis, decide,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -394,7 +394,7 @@ impl SqliteStore {
             } => {
                 // A takeover resumes the same request: it keeps the original claim time and the
                 // request that made the claim (the memory store's rule).
-                let (created_at, request) = match kind {
+                let (created_at, request, redrives) = match kind {
                     ClaimKind::Takeover => (
                         existing.created_at,
                         existing
@@ -402,8 +402,11 @@ impl SqliteStore {
                             .as_ref()
                             .map(StoredRequest::encode)
                             .or(request),
+                        existing.redrives,
                     ),
-                    ClaimKind::New | ClaimKind::AfterReplayWindow => (now, request),
+                    ClaimKind::New | ClaimKind::AfterReplayWindow => {
+                        (now, request, Redrives::default())
+                    }
                 };
                 let updated = sqlx::query(sql::UPDATE_CLAIM)
                     .bind(fp_version)
@@ -417,6 +420,8 @@ impl SqliteStore {
                     .bind(scope)
                     .bind(key)
                     .bind(existing.token.0)
+                    .bind(i64::from(redrives.attempts))
+                    .bind(redrives.next_attempt_at)
                     .execute(&mut *conn)
                     .await
                     .map_err(map_sqlx)?
@@ -529,13 +534,60 @@ impl KeyStore for SqliteStore {
         grace: Duration,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
-        let cutoff = self
-            .clock
-            .now_millis()
-            .saturating_sub(duration_millis(grace));
+        let now = self.clock.now_millis();
+        let cutoff = now.saturating_sub(duration_millis(grace));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         sqlx::query(sql::LIST_ABANDONED)
             .bind(cutoff)
+            .bind(limit)
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_sqlx)?
+            .iter()
+            .map(decode_record)
+            .collect()
+    }
+
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: RedriveNote,
+    ) -> Result<Redrives, StoreError> {
+        use sqlx::Row;
+        let now = self.clock.now_millis();
+        let (statement, first) = match note {
+            RedriveNote::Attempt { backoff } => (
+                sql::NOTE_ATTEMPT,
+                now.saturating_add(duration_millis(backoff)),
+            ),
+            RedriveNote::Mark => (sql::NOTE_MARK, now),
+        };
+        let row = sqlx::query(statement)
+            .bind(first)
+            .bind(id.scope.as_str())
+            .bind(id.key.as_str())
+            .bind(token.0)
+            .bind(now)
+            .bind(i64::from(attempts_seen))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_sqlx)?
+            .ok_or(StoreError::Fenced)?;
+        let attempts: i64 = row.try_get(0).map_err(map_sqlx)?;
+        Ok(Redrives {
+            attempts: u32::try_from(attempts)
+                .map_err(|_| StoreError::Corrupt(format!("redrive_attempts {attempts}")))?,
+            next_attempt_at: row.try_get(1).map_err(map_sqlx)?,
+            marked_at: row.try_get(2).map_err(map_sqlx)?,
+        })
+    }
+
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        sqlx::query(sql::LIST_MARKED)
             .bind(limit)
             .fetch_all(&self.pool)
             .await

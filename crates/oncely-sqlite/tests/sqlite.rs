@@ -224,7 +224,8 @@ async fn connection_settings_and_migrations() {
         indexes,
         vec![
             "oncely_idempotency_keys_abandoned",
-            "oncely_idempotency_keys_expires_at"
+            "oncely_idempotency_keys_expires_at",
+            "oncely_idempotency_keys_marked"
         ]
     );
     // The reaper's and the completer's queries use those indexes.
@@ -252,10 +253,118 @@ async fn connection_settings_and_migrations() {
     );
     let list = plan(
         "EXPLAIN QUERY PLAN SELECT * FROM oncely_idempotency_keys WHERE state = 'in_flight' \
-         AND lease_expires_at <= 1 ORDER BY lease_expires_at LIMIT 10",
+         AND marked_at IS NULL AND lease_expires_at <= 1 \
+         AND (redrive_next_at IS NULL OR redrive_next_at <= 1) \
+         ORDER BY lease_expires_at LIMIT 10",
     )
     .await;
     assert!(list.contains("oncely_idempotency_keys_abandoned"), "{list}");
+    let marked = plan(
+        "EXPLAIN QUERY PLAN SELECT * FROM oncely_idempotency_keys WHERE state = 'in_flight' \
+         AND marked_at IS NOT NULL ORDER BY marked_at, scope, key LIMIT 10",
+    )
+    .await;
+    assert!(
+        marked.contains("oncely_idempotency_keys_marked"),
+        "{marked}"
+    );
+}
+
+/// A database made by the first version of the schema (before the completer's columns) keeps
+/// its rows through the migration that adds them: an in-flight row reads as never re-driven and
+/// not marked, takes the completer's notes, and a complete row still replays byte for byte.
+#[tokio::test]
+async fn rows_from_before_the_redrive_columns_survive_the_migration() {
+    use oncely_core::{Clock, RedriveNote, Redrives};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    // The first migration alone, recorded exactly as the store records it.
+    let first = dir.path().join("first");
+    std::fs::create_dir(&first).unwrap();
+    let name = "20261130000001_oncely_idempotency_keys.sql";
+    std::fs::write(
+        first.join(name),
+        include_str!("../migrations/20261130000001_oncely_idempotency_keys.sql"),
+    )
+    .unwrap();
+    let mut old = sqlx::migrate::Migrator::new(first.as_path()).await.unwrap();
+    old.dangerous_set_table_name("_oncely_sqlite_migrations");
+    let pool = sqlx::SqlitePool::connect_with(connect_options(path.to_str().unwrap()).unwrap())
+        .await
+        .unwrap();
+    old.run(&pool).await.unwrap();
+    let (done, flying) = (fresh_id(), fresh_id());
+    let insert = "INSERT INTO oncely_idempotency_keys (scope, key, fingerprint_version, \
+         fingerprint, token, state, lease_expires_at, recovery_point, response_status, \
+         response_headers, response_body, response_body_retained, completed_at, created_at, \
+         expires_at, request) VALUES (?1, 'key-1', 1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
+         ?11, 1000, ?12, ?13)";
+    let now = oncely_core::SystemClock.now_millis();
+    let resp = tricky_response();
+    sqlx::query(insert)
+        .bind(done.scope.as_str())
+        .bind(&claim_req(&done, "{}").fingerprint.digest()[..])
+        .bind(3_i64)
+        .bind("complete")
+        .bind(None::<i64>)
+        .bind(None::<String>)
+        .bind(i64::from(resp.status))
+        .bind(resp.encode_headers())
+        .bind(resp.body.clone())
+        .bind(1_i64)
+        .bind(now)
+        .bind(now + 3_600_000)
+        .bind(None::<Vec<u8>>)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let req = claim_req(&flying, r#"{"a":1}"#);
+    sqlx::query(insert)
+        .bind(flying.scope.as_str())
+        .bind(&req.fingerprint.digest()[..])
+        .bind(2_i64)
+        .bind("in_flight")
+        .bind(now - 120_000)
+        .bind(Some("payment_recorded"))
+        .bind(None::<i64>)
+        .bind(None::<Vec<u8>>)
+        .bind(None::<Vec<u8>>)
+        .bind(None::<i64>)
+        .bind(None::<i64>)
+        .bind(now + 3_600_000)
+        .bind(req.request.as_ref().map(|r| r.encode()))
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+
+    let store = SqliteStore::connect(path.to_str().unwrap()).await.unwrap();
+    match store.claim(claim_req(&done, "{}")).await.unwrap() {
+        ClaimOutcome::Replay { response, .. } => assert_eq!(response, resp),
+        other => panic!("{other:?}"),
+    }
+    let rec = store.get(&flying).await.unwrap().unwrap();
+    assert_eq!(rec.redrives, Redrives::default());
+    assert_eq!(rec.recovery_point(), Some("payment_recorded"));
+    assert_eq!(rec.request, req.request);
+    let listed = store
+        .list_abandoned(Duration::from_secs(60), 10)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    let noted = store
+        .note_redrive(
+            &flying,
+            FencingToken(2),
+            0,
+            RedriveNote::Attempt {
+                backoff: Duration::from_secs(30),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(noted.attempts, 1);
+    assert_eq!(store.get(&flying).await.unwrap().unwrap().redrives, noted);
 }
 
 /// Several pools connecting to one fresh file at the same moment all migrate successfully

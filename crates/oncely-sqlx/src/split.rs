@@ -112,6 +112,18 @@ impl<DB: Database> KeyStore for Split<DB> {
     ) -> Result<Vec<Record>, StoreError> {
         self.keys.list_abandoned(grace, limit).await
     }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: oncely_core::RedriveNote,
+    ) -> Result<oncely_core::Redrives, StoreError> {
+        self.keys.note_redrive(id, token, attempts_seen, note).await
+    }
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.keys.list_marked(limit).await
+    }
 }
 
 #[async_trait]

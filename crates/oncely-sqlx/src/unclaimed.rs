@@ -75,6 +75,19 @@ impl<DB: Database> KeyStore for UnclaimedStore<DB> {
     async fn list_abandoned(&self, _: Duration, _: usize) -> Result<Vec<Record>, StoreError> {
         Ok(Vec::new())
     }
+    /// There is no record to note anything on: always [`StoreError::Fenced`].
+    async fn note_redrive(
+        &self,
+        _: &RecordKey,
+        _: FencingToken,
+        _: u32,
+        _: oncely_core::RedriveNote,
+    ) -> Result<oncely_core::Redrives, StoreError> {
+        Err(StoreError::Fenced)
+    }
+    async fn list_marked(&self, _: usize) -> Result<Vec<Record>, StoreError> {
+        Ok(Vec::new())
+    }
 }
 
 #[async_trait]

@@ -97,6 +97,9 @@ counters! {
     /// Requests answered `idempotency_body_not_canonicalizable` (a JSON body that is not
     /// I-JSON, refused before any claim).
     body_not_canonicalizable => "Requests answered idempotency_body_not_canonicalizable.",
+    /// Requests answered `idempotency_request_needs_attention` (their key's record was marked
+    /// for a person by the completer, which gave up on it).
+    needs_attention => "Requests answered idempotency_request_needs_attention (a record the completer gave up on).",
 }
 
 #[cfg(test)]
@@ -116,6 +119,6 @@ mod tests {
         let text = m.render_prometheus();
         assert!(text.contains("# TYPE oncely_claims_total counter\noncely_claims_total 2\n"));
         assert!(text.contains("oncely_key_invalid_total 1\n"));
-        assert_eq!(text.lines().count(), 12 * 3);
+        assert_eq!(text.lines().count(), 13 * 3);
     }
 }

@@ -393,6 +393,17 @@ where
         }
         ClaimOutcome::Replay { response, .. } => Ok(replay(&config, &response)),
         ClaimOutcome::Mismatch => Ok(mismatch(&config)),
+        ClaimOutcome::NeedsAttention {
+            marked_at,
+            attempts,
+            recovery_point,
+        } => Ok(needs_attention(
+            &config,
+            &id,
+            marked_at,
+            attempts,
+            recovery_point.as_deref(),
+        )),
     }
 }
 
@@ -529,6 +540,33 @@ fn mismatch(config: &Config) -> Response<Body> {
         ErrorCode::KeyMismatch,
         config.policy.profile,
         "this Idempotency-Key was already used for a different request (method, path, query, media type or body); use a new key for a new request",
+        config.policy.retry_after_secs,
+    )
+}
+
+/// `409 idempotency_request_needs_attention`: the completer gave up on the key's record and
+/// marked it for a person; nothing is executed.
+fn needs_attention(
+    config: &Config,
+    id: &RecordKey,
+    marked_at: oncely_core::UnixMillis,
+    attempts: u32,
+    recovery_point: Option<&str>,
+) -> Response<Body> {
+    config.metrics.inc(Counter::needs_attention);
+    tracing::warn!(scope = %id.scope, key = %id.key, marked_at, attempts, recovery_point,
+        "a retry of a request marked for a person was refused");
+    let stopped = match recovery_point {
+        Some(rp) => format!("after its step {rp:?}"),
+        None => "before its first step completed".to_owned(),
+    };
+    code_response(
+        &*config.dialect,
+        ErrorCode::RequestNeedsAttention,
+        config.policy.profile,
+        format!(
+            "the request with this Idempotency-Key was abandoned {stopped} and could not be finished automatically ({attempts} re-drive attempt(s)); it has been marked for a person (at {marked_at} ms since the Unix epoch) and will not be executed again. Do not retry it, not even with a new key: it may have taken effect part-way. Contact the operator of this API"
+        ),
         config.policy.retry_after_secs,
     )
 }

@@ -293,6 +293,20 @@ impl KeyStore for DrainOnClaim {
     ) -> Result<Vec<Record>, StoreError> {
         self.inner.list_abandoned(grace, limit).await
     }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: oncely_core::RedriveNote,
+    ) -> Result<oncely_core::Redrives, StoreError> {
+        self.inner
+            .note_redrive(id, token, attempts_seen, note)
+            .await
+    }
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.inner.list_marked(limit).await
+    }
 }
 
 #[tokio::test]
@@ -436,6 +450,18 @@ impl KeyStore for FencedRenewHangingGet {
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
         self.0.list_abandoned(grace, limit).await
+    }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: oncely_core::RedriveNote,
+    ) -> Result<oncely_core::Redrives, StoreError> {
+        self.0.note_redrive(id, token, attempts_seen, note).await
+    }
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.0.list_marked(limit).await
     }
 }
 

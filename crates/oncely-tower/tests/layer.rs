@@ -1009,6 +1009,25 @@ async fn every_claim_outcome_is_mapped() {
     let (got, calls, _, _) = run(ClaimOutcome::Mismatch).await;
     assert_eq!((got.status, calls), (StatusCode::UNPROCESSABLE_ENTITY, 0));
     assert_eq!(got.code(), "idempotency_key_mismatch");
+
+    // Marked for a person by the completer: never executed, never retryable.
+    let (got, calls, writes, _) = run(ClaimOutcome::NeedsAttention {
+        marked_at: 1_700_000_000_000,
+        attempts: 5,
+        recovery_point: Some("charge_created".into()),
+    })
+    .await;
+    assert_eq!((got.status, calls), (StatusCode::CONFLICT, 0));
+    assert_eq!(got.code(), "idempotency_request_needs_attention");
+    assert_eq!(got.json()["retryable"], false);
+    assert_eq!(got.headers["x-should-retry"], "false");
+    assert!(got.headers.get("retry-after").is_none());
+    let detail = got.json()["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("\"charge_created\"") && detail.contains("5 re-drive"),
+        "{detail}"
+    );
+    assert_eq!(writes, vec!["claim"], "nothing written, nothing released");
 }
 
 #[tokio::test]

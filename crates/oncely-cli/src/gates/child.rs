@@ -77,6 +77,33 @@ impl Proc {
             .with_context(|| format!("kill {}", self.name))
     }
 
+    /// Sends SIGTERM (a deploy's stop) and waits up to `limit` for the process to exit; its exit
+    /// status.
+    ///
+    /// # Errors
+    ///
+    /// The signal could not be sent, or the process did not exit within `limit` (it is then
+    /// killed).
+    pub async fn terminate(mut self, limit: Duration) -> Result<std::process::ExitStatus> {
+        let pid = self
+            .child
+            .id()
+            .with_context(|| format!("{} has already exited", self.name))?;
+        let pid = i32::try_from(pid).context("a process id out of range")?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .with_context(|| format!("send SIGTERM to {}", self.name))?;
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(status) => status.with_context(|| format!("wait for {}", self.name)),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                bail!("{} did not exit within {limit:?} of SIGTERM", self.name)
+            }
+        }
+    }
+
     /// Waits (up to `limit`) for the process to exit by itself; returns whether it did.
     pub async fn wait_exit(&mut self, limit: Duration) -> bool {
         tokio::time::timeout(limit, self.child.wait()).await.is_ok()

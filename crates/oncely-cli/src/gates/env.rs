@@ -70,7 +70,7 @@ impl Env {
         })
     }
 
-    fn api_args(&self, extra: &[&str]) -> Vec<String> {
+    fn api_args(&self, lease_ms: u64, extra: &[&str]) -> Vec<String> {
         let mut args: Vec<String> = vec![
             "serve".into(),
             "--store".into(),
@@ -78,7 +78,7 @@ impl Env {
             "--processor-url".into(),
             self.processor.url.clone(),
             "--lease-ms".into(),
-            GATE_LEASE_MS.to_string(),
+            lease_ms.to_string(),
             "--business-db".into(),
             self.dir
                 .path()
@@ -90,9 +90,16 @@ impl Env {
         args
     }
 
-    /// Starts an API server on the store with `extra` arguments.
+    /// Starts an API server on the store with `extra` arguments, and the gates' short lease
+    /// ([`GATE_LEASE_MS`]).
     pub async fn start_api(&self, extra: &[&str]) -> Result<Proc> {
-        Proc::start("the API server", &self.api_args(extra)).await
+        self.start_api_leased(GATE_LEASE_MS, extra).await
+    }
+
+    /// Starts an API server on the store with a lease of `lease_ms` milliseconds and `extra`
+    /// arguments.
+    pub async fn start_api_leased(&self, lease_ms: u64, extra: &[&str]) -> Result<Proc> {
+        Proc::start("the API server", &self.api_args(lease_ms, extra)).await
     }
 
     /// The processor's ledger for charges or emails, summed per `(account, Idempotency-Key)` of

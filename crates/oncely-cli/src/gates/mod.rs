@@ -10,6 +10,9 @@
 //! 3. **Fleet** ([`fleet`]): retrying clients (the Oncely SDK) through a proxy that drops
 //!    responses after the side effect and answers `503` with `Retry-After`, while the API server
 //!    is killed and restarted mid-run -> the number of duplicate side effects, which must be 0.
+//! 4. **Rolling restart** ([`rolling`]): retrying SDK clients keep paying while every API process
+//!    in turn gets SIGTERM (drains, exits 0) and is started again -> zero duplicate side effects,
+//!    zero lost payments, and no retry waiting on a (30-second) lease.
 //!
 //! 4. **gRPC concurrency** and 5. **gRPC crash recovery** ([`grpc`]): gates 1 and 2 through the
 //!    gRPC Payments service (`CreatePayment`, same port), with tonic's client.
@@ -25,7 +28,7 @@
 //! | [`runner`] | [`run`]: checks the configuration, sets up the [`env`](mod@env), runs the chosen gates in order |
 //! | [`env`](mod@env) | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
 //! | [`http`] | the requests the gates make and what they keep of a response |
-//! | [`concurrency`], [`crash`], [`fleet`] | one gate each |
+//! | [`concurrency`], [`crash`], [`fleet`], [`rolling`] | one gate each ([`fleet`] also holds what the fleet runs share) |
 //! | [`grpc`] | the concurrency and crash gates over gRPC, a file each |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |
 //! | [`child`], [`proxy`] | child processes; the fault-injecting proxy of the fleet gate |
@@ -45,6 +48,7 @@ mod grpc;
 mod http;
 mod proxy;
 mod report;
+mod rolling;
 mod runner;
 
 use anyhow::Result;
@@ -107,6 +111,8 @@ pub enum Gate {
     Crash,
     /// Retrying SDK clients through injected faults and a killed server ([`fleet`]).
     Fleet,
+    /// Retrying SDK clients while every server is restarted in turn with SIGTERM ([`rolling`]).
+    Rolling,
     /// N concurrent identical gRPC calls on one key ([`grpc::concurrency`]).
     GrpcConcurrency,
     /// SIGKILL after each recovery point, restart, retry over gRPC ([`grpc::crash`]).
@@ -115,10 +121,11 @@ pub enum Gate {
 
 impl Gate {
     /// Every gate, in the order they run.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Concurrency,
         Self::Crash,
         Self::Fleet,
+        Self::Rolling,
         Self::GrpcConcurrency,
         Self::GrpcCrash,
     ];
@@ -129,6 +136,7 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash",
             Self::Fleet => "fleet",
+            Self::Rolling => "rolling",
             Self::GrpcConcurrency => "grpc-concurrency",
             Self::GrpcCrash => "grpc-crash",
         }
@@ -140,6 +148,7 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash recovery",
             Self::Fleet => "fleet",
+            Self::Rolling => "rolling restart",
             Self::GrpcConcurrency => "grpc concurrency",
             Self::GrpcCrash => "grpc crash recovery",
         }
@@ -161,6 +170,7 @@ impl Gate {
             Self::Concurrency => concurrency::run(env, cfg).await,
             Self::Crash => crash::run(env, cfg).await,
             Self::Fleet => fleet::run(env, cfg).await,
+            Self::Rolling => rolling::run(env, cfg).await,
             Self::GrpcConcurrency => grpc::concurrency::run(env, cfg).await,
             Self::GrpcCrash => grpc::crash::run(env, cfg).await,
         }

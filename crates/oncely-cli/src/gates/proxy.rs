@@ -26,6 +26,12 @@ pub struct ProxyStats {
     pub unavailable: AtomicU64,
     /// Requests answered 502 because the upstream was down.
     pub upstream_down: AtomicU64,
+    /// Forwarded answers that were `409 idempotency_request_in_flight` (a retry that found its
+    /// key still held).
+    pub in_flight: AtomicU64,
+    /// Forwarded answers that were `503 server_shutting_down` (a draining server refused a new
+    /// request before claiming it).
+    pub shutting_down: AtomicU64,
 }
 
 /// A running proxy.
@@ -180,6 +186,13 @@ async fn handle(
         return Err(Dropped);
     }
     stats.forwarded.fetch_add(1, Ordering::Relaxed);
+    let has = |code: &str| bytes.windows(code.len()).any(|w| w == code.as_bytes());
+    if status == StatusCode::CONFLICT && has("\"idempotency_request_in_flight\"") {
+        stats.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE && has("\"server_shutting_down\"") {
+        stats.shutting_down.fetch_add(1, Ordering::Relaxed);
+    }
     let mut r = Response::builder().status(status);
     for (name, value) in &headers {
         if name != "transfer-encoding" && name != "connection" && name != "content-length" {

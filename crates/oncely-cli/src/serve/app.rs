@@ -4,11 +4,12 @@
 use super::db::Db;
 use super::store::Opened;
 use anyhow::{Context as _, Result};
+use oncely_core::jobs::{CompleterCounters, CompleterReport};
 use oncely_core::{KeyStore, Policy};
 use oncely_tower::Metrics;
 use serde_json::Value;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// The server's shared state.
@@ -29,6 +30,8 @@ struct Inner {
     payments_created: AtomicU64,
     reaped: AtomicU64,
     orphaned: AtomicU64,
+    marked: AtomicU64,
+    completer: OnceLock<Arc<CompleterCounters>>,
 }
 
 /// What `/metrics` counts beside the layer's own metrics.
@@ -40,6 +43,11 @@ pub struct Counts {
     pub reaped: u64,
     /// Of those, records still in flight (abandoned, never finished).
     pub orphaned: u64,
+    /// Records marked for a person (the completer gave up on them), as counted by the last
+    /// in-process reaper pass.
+    pub marked: u64,
+    /// The in-process completer's totals (zero without one).
+    pub completer: CompleterReport,
 }
 
 impl App {
@@ -73,6 +81,8 @@ impl App {
                 payments_created: AtomicU64::new(0),
                 reaped: AtomicU64::new(0),
                 orphaned: AtomicU64::new(0),
+                marked: AtomicU64::new(0),
+                completer: OnceLock::new(),
             }),
         })
     }
@@ -108,7 +118,20 @@ impl App {
             payments_created: self.inner.payments_created.load(Ordering::Relaxed),
             reaped: self.inner.reaped.load(Ordering::Relaxed),
             orphaned: self.inner.orphaned.load(Ordering::Relaxed),
+            marked: self.inner.marked.load(Ordering::Relaxed),
+            completer: self
+                .inner
+                .completer
+                .get()
+                .map(|c| c.snapshot())
+                .unwrap_or_default(),
         }
+    }
+
+    /// Shows the in-process completer's running totals in `/metrics` (set once; later calls
+    /// are ignored).
+    pub fn show_completer(&self, counters: Arc<CompleterCounters>) {
+        let _ = self.inner.completer.set(counters);
     }
 
     /// Counts a payment this process created.
@@ -144,7 +167,8 @@ impl App {
     }
 
     /// Runs the reaper in this process every `every` (the first pass after one `every`),
-    /// counting what it deletes for `/metrics`.
+    /// counting what it deletes for `/metrics`, and how many records are marked for a person
+    /// (each pass logs every one of them).
     ///
     /// Not [`oncely_core::jobs::Reaper`]: that one runs a pass at start and reports its totals
     /// only when it stops, while `/metrics` shows them as they grow.
@@ -163,6 +187,7 @@ impl App {
                     Ok(r) => {
                         app.inner.reaped.fetch_add(r.deleted, Ordering::Relaxed);
                         app.inner.orphaned.fetch_add(r.orphaned, Ordering::Relaxed);
+                        app.inner.marked.store(r.marked, Ordering::Relaxed);
                         if r.deleted > 0 {
                             tracing::info!(
                                 deleted = r.deleted,

@@ -29,12 +29,33 @@ pub async fn metrics(State(app): State<App>) -> Response {
             "Of those, records still in flight (abandoned, never finished).",
             counts.orphaned,
         ),
+        (
+            "oncely_completer_redrives_total",
+            "Abandoned requests the in-process completer re-drove (each attempt counted).",
+            counts.completer.attempted,
+        ),
+        (
+            "oncely_completer_completed_total",
+            "Of those, requests that were no longer in flight afterwards.",
+            counts.completer.completed,
+        ),
+        (
+            "oncely_completer_marked_total",
+            "Abandoned requests the in-process completer gave up on and marked for a person.",
+            counts.completer.marked,
+        ),
     ] {
         text.push_str(&format!(
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
             value
         ));
     }
+    text.push_str(&format!(
+        "# HELP oncely_records_marked Records marked for a person (the completer gave up on them), as of the last in-process reaper pass; each is logged on every pass.\n\
+         # TYPE oncely_records_marked gauge\n\
+         oncely_records_marked {}\n",
+        counts.marked
+    ));
     if let Ok(n) = app.db().payment_count().await {
         text.push_str(
             "# HELP oncely_payments Payments in the database.\n# TYPE oncely_payments gauge\n",

@@ -37,7 +37,7 @@ fn write_responses(created: &str, schema: &str, extra: &[(&str, &str)]) -> Value
         },
         "400": problem("`idempotency_key_missing`, `idempotency_key_invalid`, `idempotency_body_not_canonicalizable` (a JSON body that is not I-JSON: a repeated member name, a lone surrogate, an inexact number), `invalid_json` or `idempotency_request_body_unreadable`: nothing was executed."),
         "401": problem("`unauthenticated`: send `Authorization: Bearer <account>`."),
-        "409": retryable("`idempotency_request_in_flight` (retryable; see `Retry-After`) or `idempotency_response_not_retained` (not retryable)."),
+        "409": retryable("`idempotency_request_in_flight` (retryable; see `Retry-After`), `idempotency_response_not_retained` (not retryable) or `idempotency_request_needs_attention` (not retryable: the request was abandoned part-way and the completer gave up on it; it is marked for a person and never runs again, so do not retry it, not even with a new key)."),
         "413": problem("`idempotency_request_too_large`."),
         "415": problem("`unsupported_media_type`: send `Content-Type: application/json` (uncompressed)."),
         "422": problem("`idempotency_key_mismatch` (the key was used with another request; never retry), `validation_failed` (nothing executed; correct and retry with the same key) or `database_refused` (the database refused a value for good; nothing was committed)."),
@@ -113,7 +113,7 @@ pub fn document() -> Value {
             "/v1/idempotency-keys/{key}": {
                 "get": {
                     "operationId": "getIdempotencyKey",
-                    "summary": "The state of one of the caller's keys: absent, in_flight or complete, and until when it replays.",
+                    "summary": "The state of one of the caller's keys: absent, in_flight (suspended, or marked for a person) or complete, and until when it replays.",
                     "parameters": [{"name": "key", "in": "path", "required": true, "description": "The key as sent in `Idempotency-Key` (unquoted), percent-encoded as one path segment.", "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"}}],
                     "responses": {
                         "200": {"description": "The key's state.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/KeyState"}}}},
@@ -188,6 +188,9 @@ pub fn document() -> Value {
                     "type": "object",
                     "properties": {
                         "suspended": {"type": "boolean", "description": "In flight but nobody is working on it (stopped at its recovery point, or its owner died): a retry with the same request resumes it at once."},
+                        "needs_attention": {"type": "boolean", "description": "In flight and marked for a person: the completer gave up on it after its re-drive attempts; it never runs again, and a retry is answered `409 idempotency_request_needs_attention`."},
+                        "marked_at": {"type": "integer", "description": "When the completer marked it (epoch milliseconds)."},
+                        "redrive_attempts": {"type": "integer", "description": "How many times the completer re-drove the in-flight request."},
                         "note": {"type": "string"},
                         "key": {"type": "string"}, "state": {"type": "string", "enum": ["absent", "in_flight", "complete"]},
                         "status": {"type": "integer"}, "completed_at": {"type": "integer"}, "replays_until": {"type": "integer", "description": "Epoch milliseconds."},

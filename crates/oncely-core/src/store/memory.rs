@@ -1,9 +1,12 @@
 //! The in-memory store: one process, tests and demos. Records vanish with the process.
 
-use super::{ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, StoreError, decide};
+use super::{
+    ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, RedriveNote, StoreError, decide,
+    next_redrives, redrive_allowed,
+};
 use crate::clock::{Clock, SystemClock, duration_millis};
 use crate::key::RecordKey;
-use crate::record::{FencingToken, Record, RecordState, StoredResponse, UnixMillis};
+use crate::record::{FencingToken, Record, RecordState, Redrives, StoredResponse, UnixMillis};
 use crate::store::{Claim, lease_millis};
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -88,13 +91,15 @@ impl KeyStore for MemoryStore {
             } => {
                 let lease_expires_at = now.saturating_add(lease_millis(req.lease));
                 let previous = map.get(&req.id);
-                let (created_at, request) = match (kind, previous) {
-                    // A takeover resumes the same request: keep its original claim time.
+                let (created_at, request, redrives) = match (kind, previous) {
+                    // A takeover resumes the same request: keep its original claim time and
+                    // the completer's attempts on it.
                     (super::ClaimKind::Takeover, Some(prev)) => (
                         prev.created_at,
                         prev.request.clone().or(req.request.clone()),
+                        prev.redrives,
                     ),
-                    _ => (now, req.request.clone()),
+                    _ => (now, req.request.clone(), Redrives::default()),
                 };
                 map.insert(
                     req.id.clone(),
@@ -110,6 +115,7 @@ impl KeyStore for MemoryStore {
                         created_at,
                         expires_at: now.saturating_add(duration_millis(req.retention)),
                         request,
+                        redrives,
                     },
                 );
                 Ok(ClaimOutcome::Claimed(Claim {
@@ -210,15 +216,15 @@ impl KeyStore for MemoryStore {
         grace: Duration,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
-        let cutoff = self
-            .clock
-            .now_millis()
-            .saturating_sub(duration_millis(grace));
+        let now = self.clock.now_millis();
+        let cutoff = now.saturating_sub(duration_millis(grace));
         let map = self.lock();
         let mut out: Vec<Record> = map
             .values()
             .filter(|r| {
                 matches!(r.state, RecordState::InFlight { lease_expires_at, .. } if lease_expires_at <= cutoff)
+                    && r.redrives.marked_at.is_none()
+                    && r.redrives.next_attempt_at.is_none_or(|at| at <= now)
             })
             .cloned()
             .collect();
@@ -233,6 +239,34 @@ impl KeyStore for MemoryStore {
             lease(x)
                 .cmp(&lease(y))
                 .then_with(|| (&x.scope, &x.key).cmp(&(&y.scope, &y.key)))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: RedriveNote,
+    ) -> Result<Redrives, StoreError> {
+        let now = self.clock.now_millis();
+        let mut map = self.lock();
+        match map.get_mut(id) {
+            Some(rec) if redrive_allowed(rec, token, attempts_seen, now) => {
+                rec.redrives = next_redrives(rec.redrives, note, now);
+                Ok(rec.redrives)
+            }
+            _ => Err(StoreError::Fenced),
+        }
+    }
+
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let map = self.lock();
+        let mut out: Vec<Record> = map.values().filter(|r| r.is_marked()).cloned().collect();
+        out.sort_by(|x, y| {
+            (x.redrives.marked_at, &x.scope, &x.key).cmp(&(y.redrives.marked_at, &y.scope, &y.key))
         });
         out.truncate(limit);
         Ok(out)

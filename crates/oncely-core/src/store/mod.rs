@@ -33,7 +33,9 @@ pub mod memory;
 
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
-use crate::record::{FencingToken, Record, RecordState, StoredRequest, StoredResponse, UnixMillis};
+use crate::record::{
+    FencingToken, Record, RecordState, Redrives, StoredRequest, StoredResponse, UnixMillis,
+};
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -98,6 +100,18 @@ pub enum ClaimOutcome {
     },
     /// The record holds a different fingerprint: `422 idempotency_key_mismatch`, never replay.
     Mismatch,
+    /// The record is in flight, abandoned, and the completer gave up on it and marked it for a
+    /// person ([`Redrives::marked_at`]): `409 idempotency_request_needs_attention`, not
+    /// retryable. The request is never executed again, by a retry or by the completer: its
+    /// first attempt may have taken effect part-way, and only a person can tell.
+    NeedsAttention {
+        /// When the completer marked it (epoch milliseconds).
+        marked_at: UnixMillis,
+        /// How many times the completer had re-driven it.
+        attempts: u32,
+        /// The last committed phase of the request, if any.
+        recovery_point: Option<String>,
+    },
 }
 
 /// What [`decide`] tells a store to do.
@@ -125,8 +139,13 @@ pub enum Decision {
 /// | none, or released | claim (new) | claim (new) |
 /// | complete, past the window | claim (anew) | claim (anew) |
 /// | complete, inside the window | replay | mismatch |
+/// | in flight, marked for a person | needs attention | mismatch |
 /// | in flight, lease alive | in flight | mismatch |
 /// | in flight, lease lapsed | takeover (resume) | mismatch |
+///
+/// A record marked for a person ([`Redrives::marked_at`], set by the completer when it gives
+/// up) is never claimed again while it is kept, whatever its lease says: a second execution
+/// of a request that may have taken effect part-way is exactly what the mark prevents.
 pub fn decide(existing: Option<&Record>, req: &ClaimRequest, now: UnixMillis) -> Decision {
     let Some(rec) = existing else {
         return Decision::Claim {
@@ -170,6 +189,12 @@ pub fn decide(existing: Option<&Record>, req: &ClaimRequest, now: UnixMillis) ->
         } => {
             if !same {
                 Decision::Answer(ClaimOutcome::Mismatch)
+            } else if let Some(marked_at) = rec.redrives.marked_at {
+                Decision::Answer(ClaimOutcome::NeedsAttention {
+                    marked_at,
+                    attempts: rec.redrives.attempts,
+                    recovery_point: recovery_point.clone(),
+                })
             } else if now < *lease_expires_at {
                 Decision::Answer(ClaimOutcome::InFlight {
                     lease_expires_at: *lease_expires_at,
@@ -190,7 +215,7 @@ pub fn lease_millis(lease: Duration) -> i64 {
     crate::clock::duration_millis(lease).max(1)
 }
 
-/// What the reaper did in one call.
+/// What the reaper did in one call (or, from the `jobs` feature's `reap_all`, in one pass).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReapReport {
     /// Records deleted (past retention).
@@ -198,6 +223,22 @@ pub struct ReapReport {
     /// Of those, records that were still in flight (abandoned and never finished): worth a log
     /// line, since their requests may have left a half-done effect.
     pub orphaned: u64,
+    /// Records marked for a person that are still kept (the completer gave up on them), as
+    /// counted by the pass, which logs each one; [`KeyStore::reap`] itself leaves it 0.
+    pub marked: u64,
+}
+
+/// What the completer writes on an abandoned record with [`KeyStore::note_redrive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedriveNote {
+    /// One more re-drive is starting: count it, and list the record again no earlier than
+    /// `backoff` from now.
+    Attempt {
+        /// The pause before the next attempt may start.
+        backoff: Duration,
+    },
+    /// The completer gives up: mark the record for a person.
+    Mark,
 }
 
 /// Why a store operation failed.
@@ -303,7 +344,8 @@ pub trait KeyStore: Send + Sync + 'static {
     async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError>;
 
     /// Lists up to `limit` in-flight records whose lease lapsed at least `grace` ago (abandoned
-    /// requests for the completer), oldest lease first.
+    /// requests for the completer), oldest lease first. Records marked for a person are never
+    /// listed, nor records whose [`Redrives::next_attempt_at`] is still ahead.
     ///
     /// # Errors
     ///
@@ -313,6 +355,36 @@ pub trait KeyStore: Send + Sync + 'static {
         grace: Duration,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError>;
+
+    /// The completer's write on an abandoned record, one atomic compare-and-set: it succeeds
+    /// only while the record is in flight with `token`, its lease has lapsed, it is not marked,
+    /// and its attempt count is still `attempts_seen` (so two completers that listed the same
+    /// record count one attempt, and only one of them re-drives it). Then
+    /// [`RedriveNote::Attempt`] adds one attempt and sets [`Redrives::next_attempt_at`] to now
+    /// plus the backoff; [`RedriveNote::Mark`] sets [`Redrives::marked_at`] to now. Returns the
+    /// record's new [`Redrives`]. Nothing else of the record changes.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] when any condition fails (another request took the key over, it
+    /// completed, its owner renewed it, or another completer got there first); nothing changed.
+    /// [`StoreError::Unavailable`] when the store cannot answer.
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: RedriveNote,
+    ) -> Result<Redrives, StoreError>;
+
+    /// Lists up to `limit` in-flight records marked for a person (the completer gave up on
+    /// them), oldest mark first: the reaper logs each of them on every pass until a person
+    /// deals with it or its retention ends.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] or [`StoreError::Corrupt`].
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError>;
 }
 
 #[async_trait]
@@ -362,4 +434,47 @@ impl<S: KeyStore + ?Sized> KeyStore for std::sync::Arc<S> {
     ) -> Result<Vec<Record>, StoreError> {
         (**self).list_abandoned(grace, limit).await
     }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: RedriveNote,
+    ) -> Result<Redrives, StoreError> {
+        (**self).note_redrive(id, token, attempts_seen, note).await
+    }
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        (**self).list_marked(limit).await
+    }
+}
+
+/// The [`Redrives`] that [`KeyStore::note_redrive`] writes over `seen` at `now`: the rule every
+/// backend applies (inside its own atomic step).
+pub fn next_redrives(seen: Redrives, note: RedriveNote, now: UnixMillis) -> Redrives {
+    match note {
+        RedriveNote::Attempt { backoff } => Redrives {
+            attempts: seen.attempts.saturating_add(1),
+            next_attempt_at: Some(now.saturating_add(crate::clock::duration_millis(backoff))),
+            marked_at: None,
+        },
+        RedriveNote::Mark => Redrives {
+            marked_at: Some(now),
+            ..seen
+        },
+    }
+}
+
+/// Whether `rec` may take [`KeyStore::note_redrive`] at `now`: in flight with `token`, lease
+/// lapsed, not marked, `attempts_seen` attempts. The condition every backend checks in the same
+/// atomic step as its write.
+pub fn redrive_allowed(
+    rec: &Record,
+    token: FencingToken,
+    attempts_seen: u32,
+    now: UnixMillis,
+) -> bool {
+    matches!(rec.state, RecordState::InFlight { lease_expires_at, .. } if lease_expires_at <= now)
+        && rec.token == token
+        && rec.redrives.marked_at.is_none()
+        && rec.redrives.attempts == attempts_seen
 }

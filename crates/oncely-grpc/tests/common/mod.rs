@@ -339,6 +339,20 @@ impl KeyStore for Switch {
         self.check()?;
         self.inner.list_abandoned(grace, limit).await
     }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        t: FencingToken,
+        attempts_seen: u32,
+        note: oncely_core::RedriveNote,
+    ) -> Result<oncely_core::Redrives, StoreError> {
+        self.check()?;
+        self.inner.note_redrive(id, t, attempts_seen, note).await
+    }
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.check()?;
+        self.inner.list_marked(limit).await
+    }
 }
 
 /// Every store the environment offers: memory and SQLite always, PostgreSQL and Redis when

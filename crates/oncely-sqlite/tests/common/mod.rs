@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use oncely_core::{
     ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ManualClock, ReapReport, Record, RecordKey,
-    StoreError, StoredResponse, UnixMillis,
+    RedriveNote, Redrives, StoreError, StoredResponse, UnixMillis,
 };
 use oncely_sqlite::SqliteStore;
 use std::path::{Path, PathBuf};
@@ -96,5 +96,19 @@ impl KeyStore for TempStore {
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
         self.store.list_abandoned(grace, limit).await
+    }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: RedriveNote,
+    ) -> Result<Redrives, StoreError> {
+        self.store
+            .note_redrive(id, token, attempts_seen, note)
+            .await
+    }
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.store.list_marked(limit).await
     }
 }

@@ -205,6 +205,22 @@ impl KeyStore for FaultStore {
         self.check()?;
         self.inner.list_abandoned(grace, limit).await
     }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: oncely_core::RedriveNote,
+    ) -> Result<oncely_core::Redrives, StoreError> {
+        self.check()?;
+        self.inner
+            .note_redrive(id, token, attempts_seen, note)
+            .await
+    }
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.check()?;
+        self.inner.list_marked(limit).await
+    }
 }
 
 /// A store whose `claim` answers a scripted outcome, to test the layer's mapping of every
@@ -272,6 +288,19 @@ impl KeyStore for ScriptedStore {
         Ok(ReapReport::default())
     }
     async fn list_abandoned(&self, _: Duration, _: usize) -> Result<Vec<Record>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn note_redrive(
+        &self,
+        _: &RecordKey,
+        _: FencingToken,
+        _: u32,
+        _: oncely_core::RedriveNote,
+    ) -> Result<oncely_core::Redrives, StoreError> {
+        self.writes.lock().unwrap().push("note_redrive");
+        Err(StoreError::Fenced)
+    }
+    async fn list_marked(&self, _: usize) -> Result<Vec<Record>, StoreError> {
         Ok(Vec::new())
     }
 }

@@ -1,5 +1,5 @@
 //! `GET /v1/idempotency-keys/{key}`: the state of the caller's key (absent, in flight and
-//! whether suspended, or complete and until when it replays).
+//! whether suspended or marked for a person, or complete and until when it replays).
 
 use crate::serve::App;
 use crate::serve::problems::{internal, not_executed};
@@ -53,39 +53,55 @@ pub async fn key_state(
     };
     let body = match rec {
         None => json!({"key": key.as_str(), "state": "absent"}),
-        Some(r) => match r.state {
-            RecordState::Released => json!({"key": key.as_str(), "state": "absent"}),
-            RecordState::Complete {
-                completed_at,
-                response,
-            } if completed_at + window > now => json!({
-                "key": key.as_str(), "state": "complete", "status": response.status,
-                "completed_at": completed_at, "replays_until": completed_at + window,
-            }),
-            RecordState::Complete { completed_at, .. } => json!({
-                "key": key.as_str(), "state": "absent", "completed_at": completed_at,
-                "note": "the replay window has passed: reusing this key starts a new request",
-            }),
-            // Suspended: the request stopped at its recovery point (an outside system failed,
-            // or its server shut down) and its lease was cut short, or its owner died and the
-            // lease lapsed. Nobody is working on it: the next retry (or the completer) takes
-            // it over at once and resumes.
-            RecordState::InFlight {
-                lease_expires_at,
-                recovery_point,
-            } if lease_expires_at <= now => json!({
-                "key": key.as_str(), "state": "in_flight", "suspended": true,
-                "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
-                "note": "no request is working on this key: retry the same request with the same key to resume it from its recovery point",
-            }),
-            RecordState::InFlight {
-                lease_expires_at,
-                recovery_point,
-            } => json!({
-                "key": key.as_str(), "state": "in_flight", "suspended": false,
-                "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
-            }),
-        },
+        Some(r) => {
+            let redrives = r.redrives;
+            match r.state {
+                RecordState::Released => json!({"key": key.as_str(), "state": "absent"}),
+                RecordState::Complete {
+                    completed_at,
+                    response,
+                } if completed_at + window > now => json!({
+                    "key": key.as_str(), "state": "complete", "status": response.status,
+                    "completed_at": completed_at, "replays_until": completed_at + window,
+                }),
+                RecordState::Complete { completed_at, .. } => json!({
+                    "key": key.as_str(), "state": "absent", "completed_at": completed_at,
+                    "note": "the replay window has passed: reusing this key starts a new request",
+                }),
+                // The completer gave up on it: nobody will run it again, a person must look.
+                RecordState::InFlight {
+                    lease_expires_at,
+                    recovery_point,
+                } if redrives.is_marked() => json!({
+                    "key": key.as_str(), "state": "in_flight", "suspended": true,
+                    "needs_attention": true, "marked_at": redrives.marked_at,
+                    "redrive_attempts": redrives.attempts,
+                    "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
+                    "note": "the request could not be finished: the completer gave up on it and marked it for a person; it will not run again, and a retry with this key is answered 409 idempotency_request_needs_attention (do not retry with a new key either: it may have taken effect part-way)",
+                }),
+                // Suspended: the request stopped at its recovery point (an outside system failed,
+                // or its server shut down) and its lease was cut short, or its owner died and the
+                // lease lapsed. Nobody is working on it: the next retry (or the completer) takes
+                // it over at once and resumes.
+                RecordState::InFlight {
+                    lease_expires_at,
+                    recovery_point,
+                } if lease_expires_at <= now => json!({
+                    "key": key.as_str(), "state": "in_flight", "suspended": true,
+                    "needs_attention": false, "redrive_attempts": redrives.attempts,
+                    "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
+                    "note": "no request is working on this key: retry the same request with the same key to resume it from its recovery point",
+                }),
+                RecordState::InFlight {
+                    lease_expires_at,
+                    recovery_point,
+                } => json!({
+                    "key": key.as_str(), "state": "in_flight", "suspended": false,
+                    "needs_attention": false, "redrive_attempts": redrives.attempts,
+                    "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
+                }),
+            }
+        }
     };
     Json(body).into_response()
 }

@@ -219,4 +219,18 @@ impl KeyStore for Standby {
     ) -> Result<Vec<Record>, StoreError> {
         self.store()?.list_abandoned(grace, limit).await
     }
+    async fn note_redrive(
+        &self,
+        id: &RecordKey,
+        token: FencingToken,
+        attempts_seen: u32,
+        note: oncely_core::RedriveNote,
+    ) -> Result<oncely_core::Redrives, StoreError> {
+        self.store()?
+            .note_redrive(id, token, attempts_seen, note)
+            .await
+    }
+    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.store()?.list_marked(limit).await
+    }
 }
