@@ -272,8 +272,10 @@ struct Scratch {
     frames: Vec<Frame>,
     members: Vec<u32>,
     order: Vec<u32>,
-    /// `(name prefix, name token)` of the object being sorted.
+    /// `(name prefix, position among its members)` of the object being sorted.
     sortbuf: Vec<(u64, u32)>,
+    /// Member orders of objects sorted before, on this thread.
+    sorts: SortCache,
     keybuf: Vec<u8>,
     numbuf: Vec<u8>,
 }
@@ -301,6 +303,62 @@ impl Scratch {
         self.sortbuf.clear();
         self.keybuf.clear();
         self.numbuf.clear();
+    }
+}
+
+/// The member orders of recently sorted objects, keyed by the sequence of their name
+/// prefixes: when every prefix differs, the prefixes alone decide the order, so an object with
+/// the same prefix sequence (the elements of an array of one shape, in machine-generated JSON)
+/// takes the remembered permutation instead of being sorted again. Kept between calls; its
+/// size is bounded ([`SortCache::SLOTS`] objects of at most [`SortCache::MAX_MEMBERS`]).
+#[derive(Debug, Default)]
+struct SortCache([SortSlot; SortCache::SLOTS]);
+
+#[derive(Debug, Default)]
+struct SortSlot {
+    /// The name prefixes in source order (empty: nothing remembered).
+    prefixes: Vec<u64>,
+    /// The sorted order, as positions in `prefixes`.
+    perm: Vec<u32>,
+}
+
+impl SortCache {
+    const SLOTS: usize = 8;
+    const MAX_MEMBERS: usize = 64;
+
+    fn slot(members: usize, first_prefix: u64) -> usize {
+        let h = (first_prefix ^ members as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 61) as usize
+    }
+}
+
+impl std::ops::IndexMut<usize> for SortCache {
+    fn index_mut(&mut self, i: usize) -> &mut SortSlot {
+        &mut self.0[i]
+    }
+}
+
+impl std::ops::Index<usize> for SortCache {
+    type Output = SortSlot;
+    fn index(&self, i: usize) -> &SortSlot {
+        &self.0[i]
+    }
+}
+
+/// Sorts a short slice in place (the members of one object); `sort_unstable_by` beyond 16.
+fn insertion_sort<T: Copy>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> Ordering) {
+    if v.len() > 16 {
+        v.sort_unstable_by(cmp);
+        return;
+    }
+    for i in 1..v.len() {
+        let x = v[i];
+        let mut j = i;
+        while j > 0 && cmp(&x, &v[j - 1]) == Ordering::Less {
+            v[j] = v[j - 1];
+            j -= 1;
+        }
+        v[j] = x;
     }
 }
 
@@ -427,6 +485,10 @@ impl<'a> Parser<'a> {
     /// Skips JSON whitespace; whether there was any.
     #[inline]
     fn skip_ws(&mut self) -> bool {
+        // Compact JSON: the next byte is above the space, where no whitespace is.
+        if self.src.get(self.pos).is_none_or(|&b| b > b' ') {
+            return false;
+        }
         let start = self.pos;
         while let Some(&b) = self.src.get(self.pos) {
             if matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
@@ -612,6 +674,7 @@ impl<'a> Parser<'a> {
                 members,
                 order,
                 sortbuf,
+                sorts,
                 keybuf,
                 ..
             } = &mut *self.s;
@@ -625,17 +688,39 @@ impl<'a> Parser<'a> {
                 clean = false;
                 order_at = order.len() as u32;
                 order.push(ms.len() as u32);
-                sortbuf.clear();
-                sortbuf.extend(ms.iter().map(|&m| (tok_prefix(&tape[m as usize]), m)));
-                let name = |m: u32| key_bytes(&tape[m as usize], src, keybuf);
-                sortbuf.sort_unstable_by(|x, y| match x.0.cmp(&y.0) {
-                    Ordering::Equal => name(x.1).cmp(name(y.1)),
-                    other => other,
-                });
-                duplicate |= sortbuf
-                    .windows(2)
-                    .any(|w| w[0].0 == w[1].0 && name(w[0].1) == name(w[1].1));
-                order.extend(sortbuf.iter().map(|&(_, m)| m));
+                let prefix = |m: &u32| tok_prefix(&tape[*m as usize]);
+                let slot = &mut sorts[SortCache::slot(ms.len(), prefix(&ms[0]))];
+                if slot.prefixes.len() == ms.len()
+                    && slot.prefixes.iter().copied().eq(ms.iter().map(prefix))
+                {
+                    // The same names as an object sorted before (array elements of one shape).
+                    order.extend(slot.perm.iter().map(|&p| ms[p as usize]));
+                } else {
+                    sortbuf.clear();
+                    sortbuf.extend(ms.iter().enumerate().map(|(p, m)| (prefix(m), p as u32)));
+                    let name = |p: u32| key_bytes(&tape[ms[p as usize] as usize], src, keybuf);
+                    insertion_sort(sortbuf, |x, y| match x.0.cmp(&y.0) {
+                        Ordering::Equal => name(x.1).cmp(name(y.1)),
+                        other => other,
+                    });
+                    let mut tie = false;
+                    for w in sortbuf.windows(2) {
+                        if w[0].0 == w[1].0 {
+                            tie = true;
+                            duplicate |= name(w[0].1) == name(w[1].1);
+                        }
+                    }
+                    order.extend(sortbuf.iter().map(|&(_, p)| ms[p as usize]));
+                    if !tie && ms.len() <= SortCache::MAX_MEMBERS {
+                        // Distinct prefixes alone decide this order: remember it.
+                        slot.prefixes.clear();
+                        slot.prefixes.extend(ms.iter().map(prefix));
+                        slot.perm.clear();
+                        slot.perm.extend(sortbuf.iter().map(|&(_, p)| p));
+                    } else {
+                        slot.prefixes.clear();
+                    }
+                }
             } else {
                 clean = false;
                 order_at = order.len() as u32;
@@ -679,6 +764,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Pushes a member name token: `a..b` in the body, or in the side buffer for [`F_SIDE`].
+    #[inline]
     fn push_key(&mut self, flags: u8, a: usize, b: usize) {
         let buf = if flags & F_SIDE != 0 {
             &self.s.keybuf[..]
@@ -1041,14 +1127,21 @@ fn tok_prefix(t: &Tok) -> u64 {
 }
 
 /// The member name order of RFC 8785 section 3.2.3 (UTF-16 code units) between two name tokens.
+#[inline]
 fn name_cmp(tx: &Tok, ty: &Tok, src: &[u8], side: &[u8]) -> Ordering {
-    let both_high = tx.flags & ty.flags & F_HIGH != 0;
-    if !both_high {
+    if tx.flags & ty.flags & F_HIGH == 0 {
         let (px, py) = (tok_prefix(tx), tok_prefix(ty));
         if px != py {
             return px.cmp(&py);
         }
     }
+    whole_name_cmp(tx, ty, src, side)
+}
+
+/// [`name_cmp`] on the whole names.
+#[inline(never)]
+fn whole_name_cmp(tx: &Tok, ty: &Tok, src: &[u8], side: &[u8]) -> Ordering {
+    let both_high = tx.flags & ty.flags & F_HIGH != 0;
     let (kx, ky) = (key_bytes(tx, src, side), key_bytes(ty, src, side));
     if both_high {
         utf16_cmp(kx, ky)
@@ -1358,6 +1451,37 @@ mod tests {
     }
 
     /// Checks the streaming canonicalizer against the oracle on one body.
+    /// Objects of one shape repeated (the member-order cache), shapes alternating in one slot,
+    /// the same prefixes in another order, names that tie on their 8-byte prefix (never
+    /// remembered) and a duplicate inside a repeated shape.
+    #[test]
+    fn repeated_shapes_reuse_their_order() {
+        let mut body = String::from("[");
+        for i in 0..40 {
+            body.push_str(&format!(
+                r#"{{"sku":"s{i}","qty":{i},"meta":{{"w":{i},"a":[{i}]}},"b":true}},"#
+            ));
+            body.push_str(&format!(r#"{{"b":{i},"sku":1,"qty":2,"meta":3}},"#));
+            body.push_str(&format!(
+                r#"{{"abcdefghZ":{i},"abcdefgh":1,"abcdefghA":2,"x\u0041":[{{"z":1,"y":2}}]}},"#
+            ));
+        }
+        body.push_str(r#"{"sku":1,"qty":2,"meta":3,"b":4}]"#);
+        for _ in 0..2 {
+            check(body.as_bytes()).unwrap();
+        }
+        let dup = r#"[{"b":1,"a":2},{"b":1,"a":2},{"b":1,"b":2}]"#;
+        assert_eq!(
+            canonicalize(dup.as_bytes()).unwrap_err().kind(),
+            JcsErrorKind::DuplicateName
+        );
+        let dup = r#"[{"b":1,"a":2,"c":3},{"b":1,"a":2,"c":3},{"b":1,"a":2,"b":3}]"#;
+        assert_eq!(
+            canonicalize(dup.as_bytes()).unwrap_err().kind(),
+            JcsErrorKind::DuplicateName
+        );
+    }
+
     fn check(body: &[u8]) -> Result<(), TestCaseError> {
         let new = canonicalize(body);
         let old = oracle(body);
