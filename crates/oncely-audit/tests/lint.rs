@@ -49,11 +49,74 @@ fn yaml_document_reports_exactly_the_unprotected_operations() {
         text.starts_with("PATCH /v1/payments/{id} (updatePayment): PATCH is not idempotent"),
         "{text}"
     );
-    assert!(text.ends_with("lint: 8 state-changing operation(s) checked, 3 without an Idempotency-Key or x-oncely-unsafe-to-retry\n"), "{text}");
+    assert!(text.ends_with("lint: 8 state-changing operation(s) checked, 3 without an Idempotency-Key or x-oncely-unsafe-to-retry, 1 warning(s) (PUT/DELETE not verified idempotent)\n"), "{text}");
+    // The keyless DELETE passes on its method's promise, with a warning pointing at the audit.
+    assert_eq!(
+        keys(&report.warnings),
+        vec![finding("DELETE", "/v1/payments/{id}", "cancelPayment")]
+    );
+    assert!(
+        text.contains(
+            "warning: DELETE /v1/payments/{id} (cancelPayment): DELETE promises idempotency"
+        ),
+        "{text}"
+    );
     let j = report.to_json();
     assert_eq!(j["passed"], false);
     assert_eq!(j["operations_checked"], 8);
     assert_eq!(j["findings"][2]["operation_id"], "createWebhook");
+    assert_eq!(j["warnings"][0]["operation_id"], "cancelPayment");
+}
+
+#[test]
+fn keyless_put_and_delete_are_warnings_until_marked_verified() {
+    let spec = |marks: &str| {
+        format!(
+            r#"{{
+      "openapi": "3.1.0",
+      "info": {{"title": "t", "version": "1"}},
+      "paths": {{
+        "/v1/items/{{id}}": {{
+          "put": {{"operationId": "putItem"{marks}, "responses": {{"200": {{"description": "ok"}}}}}},
+          "delete": {{"operationId": "deleteItem"{marks}, "responses": {{"204": {{"description": "ok"}}}}}}
+        }},
+        "/v1/keyed/{{id}}": {{
+          "put": {{"operationId": "putKeyed",
+                  "parameters": [{{"name": "Idempotency-Key", "in": "header"}}],
+                  "responses": {{"200": {{"description": "ok"}}}}}}
+        }}
+      }}
+    }}"#
+        )
+    };
+    let report = lint(&spec("")).unwrap();
+    assert!(report.passed(), "warnings do not fail the lint");
+    assert!(report.findings.is_empty());
+    assert_eq!(
+        keys(&report.warnings),
+        vec![
+            finding("PUT", "/v1/items/{id}", "putItem"),
+            finding("DELETE", "/v1/items/{id}", "deleteItem"),
+        ]
+    );
+    let msg = &report.warnings[0].message;
+    assert!(msg.contains("method-idempotency check"), "{msg}");
+    assert!(
+        msg.contains("oncely audit BASE_URL --endpoint 'PUT /v1/items/{id}'"),
+        "{msg}"
+    );
+    assert!(msg.contains("x-oncely-verified-idempotent: true"), "{msg}");
+    // Verified: silent. A bare claim of idempotency is not a verification.
+    let verified = lint(&spec(r#", "x-oncely-verified-idempotent": true"#)).unwrap();
+    assert!(verified.warnings.is_empty(), "{:?}", verified.warnings);
+    let claimed = lint(&spec(r#", "x-oncely-idempotent": true"#)).unwrap();
+    assert_eq!(claimed.warnings.len(), 2);
+    // Unsafe to retry, or not idempotent at all: the rule's own business, no warning.
+    let unsafe_ = lint(&spec(r#", "x-oncely-unsafe-to-retry": true"#)).unwrap();
+    assert!(unsafe_.warnings.is_empty() && unsafe_.findings.is_empty());
+    let not = lint(&spec(r#", "x-oncely-idempotent": false"#)).unwrap();
+    assert_eq!(not.findings.len(), 2);
+    assert!(not.warnings.is_empty());
 }
 
 #[test]
@@ -236,4 +299,36 @@ fn malformed_documents_are_clear_errors() {
     // No paths at all (OpenAPI 3.1 allows webhooks-only documents): nothing to check.
     let report = lint("openapi: 3.1.0\nwebhooks: {}\n").unwrap();
     assert_eq!((report.operations_checked, report.findings.len()), (0, 0));
+}
+
+#[test]
+fn another_key_source_counts_as_taking_a_key() {
+    let spec = |source: &str| {
+        format!(
+            r#"{{"openapi": "3.1.0", "info": {{"title": "t", "version": "1"}},
+      "paths": {{"/webhooks/processor": {{"post": {{"operationId": "receive"{source},
+        "responses": {{"200": {{"description": "applied"}}}}}}}}}}}}"#
+        )
+    };
+    assert!(
+        lint(&spec(r#", "x-oncely-key-source": "webhook-id""#))
+            .unwrap()
+            .passed()
+    );
+    assert!(
+        lint(&spec(r#", "x-oncely-key-source": "/id""#))
+            .unwrap()
+            .passed()
+    );
+    assert!(
+        !lint(&spec(r#", "x-oncely-key-source": """#))
+            .unwrap()
+            .passed()
+    );
+    assert!(
+        !lint(&spec(r#", "x-oncely-key-source": true"#))
+            .unwrap()
+            .passed()
+    );
+    assert!(!lint(&spec("")).unwrap().passed());
 }

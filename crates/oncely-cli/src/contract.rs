@@ -49,6 +49,10 @@ pub fn render(policy: &Policy) -> String {
         "| `POST`, `PATCH` | required | `POST /v1/payments`, `POST /v1/orders` |"
     );
     let _ = writeln!(w, "| `PUT`, `DELETE` | accepted | (none in this API) |");
+    let _ = writeln!(
+        w,
+        "| `POST` (webhook receiver) | required, as `webhook-id` (minted by the sender) | `POST /webhooks/processor` |"
+    );
     let _ = writeln!(w, "| `GET`, `HEAD`, `OPTIONS` | ignored | every read |\n");
     let _ = writeln!(w, "## The header\n");
     let _ = writeln!(
@@ -98,6 +102,52 @@ pub fn render(policy: &Policy) -> String {
         "Keys are scoped to the authenticated account: two accounts may use the same key and \
          never see each other's responses. The scope comes from your credentials, never from a \
          request field.\n"
+    );
+    let _ = writeln!(w, "## Key sources\n");
+    let _ = writeln!(
+        w,
+        "Each route says where its key comes from: the `Idempotency-Key` header (every write \
+         above), another header the sender sets (Standard Webhooks' `webhook-id`, GitHub's \
+         `X-GitHub-Delivery`), or a member of the JSON body named by a JSON Pointer (Stripe's \
+         event `/id`). The rules are the same for every source: 1 to 255 visible ASCII \
+         characters, sent once; the same scope; the same fingerprint (method, path, query, \
+         media type, canonical body). A missing or invalid key is `{}` / `{}` ({}), naming the \
+         source. A body-sourced key is read only from an I-JSON body (a member name repeated in \
+         one object could name two keys): otherwise `{}`.\n",
+        ErrorCode::KeyMissing,
+        ErrorCode::KeyInvalid,
+        p.status(ErrorCode::KeyMissing),
+        ErrorCode::BodyNotCanonicalizable
+    );
+    let _ = writeln!(w, "## The webhook receiver\n");
+    let _ = writeln!(
+        w,
+        "`POST /webhooks/processor` receives the card processor's events (`charge.succeeded`) \
+         as Standard Webhooks deliveries. Each one is verified before anything else, and before \
+         any claim: a `v1` signature (HMAC-SHA256 over `webhook-id.webhook-timestamp.body` with \
+         the shared `whsec_` secret) and a `webhook-timestamp` within {} s of now. Its key is \
+         `webhook-id` (the event's id, the same on every redelivery) and its scope is the sender \
+         whose signature verified, never a client-supplied field. An event is applied once: the \
+         payment is updated, the event recorded and the `200` answer stored in one database \
+         transaction, so a redelivery, concurrent duplicates, or a retry after the receiver died \
+         mid-request gets the stored `200` (marked `Idempotent-Replayed: true`) and changes \
+         nothing.\n",
+        oncely_tower::TIMESTAMP_TOLERANCE_SECS
+    );
+    let _ = writeln!(
+        w,
+        "| code | status | meaning |\n|---|---|---|\n\
+         | `webhook_signature_invalid` | 401 | no `webhook-signature`, or none matches the id, timestamp and body (tampered, or another secret): nothing ran |\n\
+         | `webhook_timestamp_out_of_tolerance` | 400 | `webhook-timestamp` more than {} s away from now (a replayed capture, or a skewed clock): nothing ran; a sender's retry signs again with the current time |\n\
+         | `webhook_headers_invalid` | 400 | `webhook-id` or `webhook-timestamp` missing, repeated or malformed, or a body that is not UTF-8: nothing ran |\n\
+         | `webhook_body_too_large` | 413 | a delivery over {} bytes: nothing ran |\n",
+        oncely_tower::TIMESTAMP_TOLERANCE_SECS,
+        oncely_tower::standard_webhooks::DEFAULT_MAX_WEBHOOK_BYTES
+    );
+    let _ = writeln!(
+        w,
+        "None of these is `2xx`, so a Standard Webhooks sender retries each: a stale or \
+         in-flight attempt is never an event lost.\n"
     );
     let _ = writeln!(w, "## Windows\n");
     let _ = writeln!(

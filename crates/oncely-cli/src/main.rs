@@ -181,11 +181,16 @@ enum Command {
         #[command(flatten)]
         policy: PolicyArgs,
     },
-    /// Run the simulated outside card processor and mailer.
+    /// Run the simulated outside card processor and mailer (and webhook sender).
     Processor {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8081")]
         addr: SocketAddr,
+        /// The Standard Webhooks secret (whsec_<base64>) its charge.succeeded events are signed
+        /// with; the API server must verify with the same one. The default is a well-known
+        /// test secret: set your own outside tests.
+        #[arg(long, env = "ONCELY_WEBHOOK_SECRET", hide_env_values = true, default_value = processor::webhooks::DEV_WEBHOOK_SECRET)]
+        webhook_secret: String,
     },
     /// Run the end-to-end gates (the main job); exit status 1 if any fails.
     Gates {
@@ -339,10 +344,14 @@ fn announce(url: &str) {
 
 async fn run(cli: Cli) -> Result<bool> {
     match cli.command {
-        Command::Processor { addr } => {
+        Command::Processor {
+            addr,
+            webhook_secret,
+        } => {
+            let router = processor::router(&webhook_secret)?;
             let (listener, url) = listen(addr).await?;
             announce(&url);
-            axum::serve(listener, processor::router()).await?;
+            axum::serve(listener, router).await?;
             Ok(true)
         }
         Command::Serve {
@@ -363,7 +372,8 @@ async fn run(cli: Cli) -> Result<bool> {
                 Some(u) => u,
                 None => {
                     let (l, url) = listen("127.0.0.1:0".parse()?).await?;
-                    tokio::spawn(async move { axum::serve(l, processor::router()).await });
+                    let router = processor::router(processor::webhooks::DEV_WEBHOOK_SECRET)?;
+                    tokio::spawn(async move { axum::serve(l, router).await });
                     tracing::info!(%url, "started the outside card processor and mailer in this process");
                     url
                 }

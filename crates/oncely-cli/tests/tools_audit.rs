@@ -66,6 +66,7 @@ fn serve_verdicts() -> Vec<(String, String)> {
         ("malformed-keys", "pass"),
         ("missing-key", "pass"),
         ("in-flight", "pass"),
+        ("method-idempotency", "n/a"),
         ("expiry", "n/a"),
     ])
 }
@@ -240,7 +241,7 @@ async fn audit_text_report_against_oncely_serve() {
     assert!(stdout.contains("\nN/A   cross-scope: "), "{stdout}");
     assert!(stdout.contains("\nN/A   cross-endpoint: "), "{stdout}");
     assert!(
-        stdout.ends_with("summary: 8 PASS, 0 FAIL, 5 N/A, 0 INCONCLUSIVE\n"),
+        stdout.ends_with("summary: 8 PASS, 0 FAIL, 6 N/A, 0 INCONCLUSIVE\n"),
         "{stdout}"
     );
     // Credentials are named in the evidence, never printed.
@@ -268,8 +269,8 @@ async fn expiry_after_a_short_window(endpoint: &str, body: &str, count_url: &str
     ])
     .await;
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
-    assert_eq!(report["checks"][12]["name"], "expiry");
-    (report["checks"][12].clone(), out.status.code().unwrap())
+    assert_eq!(report["checks"][13]["name"], "expiry");
+    (report["checks"][13].clone(), out.status.code().unwrap())
 }
 
 /// After the replay window a reused payment key is a brand-new payment (a regression test: the
@@ -375,6 +376,7 @@ async fn audit_of_an_api_that_ignores_keys_fails_with_the_anti_patterns() {
         ("malformed-keys", "fail", Value::Null),
         ("missing-key", "fail", Value::Null),
         ("in-flight", "fail", Value::Null),
+        ("method-idempotency", "n/a", Value::Null),
         ("expiry", "n/a", Value::Null),
     ]
     .into_iter()
@@ -428,7 +430,7 @@ async fn audit_of_an_api_that_ignores_keys_fails_with_the_anti_patterns() {
         "{text}"
     );
     assert!(
-        text.ends_with("summary: 0 PASS, 7 FAIL, 6 N/A, 0 INCONCLUSIVE\n"),
+        text.ends_with("summary: 0 PASS, 7 FAIL, 7 N/A, 0 INCONCLUSIVE\n"),
         "{text}"
     );
 }
@@ -488,7 +490,7 @@ async fn usage_errors_exit_2_before_sending_anything() {
         ),
         (
             vec!["--endpoint", "POST /v1/payments", "--max-requests", "10"],
-            "max_requests is 10 but this audit needs up to 241 requests",
+            "max_requests is 10 but this audit needs up to 246 requests",
         ),
         (
             vec!["--endpoint", "POST /v1/payments", "--trials", "0"],

@@ -40,7 +40,7 @@ async fn the_reference_servers_own_document_has_no_findings() {
     // Two state-changing operations (POST /v1/payments, POST /v1/orders), both keyed.
     assert_eq!(
         report,
-        json!({"passed": true, "operations_checked": 2, "findings": []})
+        json!({"passed": true, "operations_checked": 2, "findings": [], "warnings": []})
     );
 
     let out = oncely(&["lint", path]);
@@ -114,15 +114,21 @@ fn an_unkeyed_post_is_reported_with_exit_status_1() {
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines.len(), 3, "{stdout}");
     assert!(
         lines[0].starts_with("POST /v1/refunds (createRefund): "),
         "{stdout}"
     );
+    // The keyless PUT: a warning pointing at the audit's method check, not a finding.
+    assert!(
+        lines[1].starts_with("warning: PUT /v1/carts/{id} (replaceCart): PUT promises idempotency"),
+        "{stdout}"
+    );
+    assert_eq!(report["warnings"][0]["operation_id"], "replaceCart");
     assert_eq!(
-        lines[1],
+        lines[2],
         "lint: 4 state-changing operation(s) checked, 1 without an Idempotency-Key or \
-         x-oncely-unsafe-to-retry"
+         x-oncely-unsafe-to-retry, 1 warning(s) (PUT/DELETE not verified idempotent)"
     );
 }
 

@@ -351,6 +351,18 @@ pub enum RetryReason {
         /// Which signal said so.
         signal: Signal,
     },
+    /// A gRPC status the gRPC allowlist retries (the `grpc` feature's `oncely_client::grpc`
+    /// module has the table).
+    Grpc {
+        /// The `grpc-status` code (0 to 16), for example 14 for `UNAVAILABLE`.
+        code: i32,
+        /// The server's machine code from `google.rpc.ErrorInfo.reason`, when it decided, such
+        /// as `idempotency_request_in_flight`.
+        reason: Option<&'static str>,
+        /// Whether the server asks to come back later rather than failing (the in-flight
+        /// conflict, `RESOURCE_EXHAUSTED`): the throttle price of the budget.
+        throttle: bool,
+    },
 }
 
 impl RetryReason {
@@ -359,6 +371,7 @@ impl RetryReason {
     pub fn cost(&self) -> RetryCost {
         match self {
             Self::Throttled | Self::InFlight => RetryCost::Throttle,
+            Self::Grpc { throttle: true, .. } => RetryCost::Throttle,
             Self::ServerAsked { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS => {
                 RetryCost::Throttle
             }
@@ -380,8 +393,43 @@ impl fmt::Display for RetryReason {
             Self::ServerAsked { status, signal } => {
                 write!(f, "{status} marked retryable by {signal}")
             }
+            Self::Grpc { code, reason, .. } => {
+                write!(f, "grpc-status {code} {}", grpc_code_name(*code))?;
+                match reason {
+                    Some(r) => write!(f, " {r}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
+}
+
+/// The canonical name of a gRPC status code (`UNAVAILABLE` for 14), or `UNKNOWN` for a number
+/// outside 0 to 16 (as gRPC reads one).
+pub fn grpc_code_name(code: i32) -> &'static str {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| NAMES.get(i).copied())
+        .unwrap_or("UNKNOWN")
 }
 
 /// What to do with an attempt's outcome.
@@ -414,20 +462,7 @@ pub fn classify_with(
 ) -> Verdict {
     let safe = request.safe_to_repeat();
     match *outcome {
-        Outcome::Transport { phase, failure } => match (phase, failure) {
-            (_, TransportFailure::Other) => Verdict::NotRetryable,
-            (Phase::BeforeSend, _) => Verdict::Retry(RetryReason::ConnectFailed),
-            (Phase::AfterSend, TransportFailure::Connect) => {
-                Verdict::Retry(RetryReason::ConnectFailed)
-            }
-            (Phase::AfterSend, TransportFailure::Timeout) if safe => {
-                Verdict::Retry(RetryReason::TimedOut)
-            }
-            (Phase::AfterSend, TransportFailure::Reset) if safe => {
-                Verdict::Retry(RetryReason::ConnectionReset)
-            }
-            (Phase::AfterSend, _) => Verdict::OutcomeUnknown,
-        },
+        Outcome::Transport { phase, failure } => classify_transport(safe, phase, failure),
         Outcome::Response(response) => {
             let allowed = allowlist(&response, safe, retry_500);
             if response.status.as_u16() < 400 {
@@ -446,6 +481,28 @@ pub fn classify_with(
                 None => allowed,
             }
         }
+    }
+}
+
+/// Classifies an attempt that got no response, for any transport (the reqwest middleware and
+/// the gRPC layer share it); `safe` says whether repeating the request cannot cause a second
+/// side effect (an idempotent method or gRPC method, or an idempotency key).
+///
+/// A failure before sending is retried whatever the request; a timeout or a reset after
+/// sending only when `safe`, otherwise the outcome is unknown (case C1); any other failure is
+/// a bug and not retried.
+pub fn classify_transport(safe: bool, phase: Phase, failure: TransportFailure) -> Verdict {
+    match (phase, failure) {
+        (_, TransportFailure::Other) => Verdict::NotRetryable,
+        (Phase::BeforeSend, _) => Verdict::Retry(RetryReason::ConnectFailed),
+        (Phase::AfterSend, TransportFailure::Connect) => Verdict::Retry(RetryReason::ConnectFailed),
+        (Phase::AfterSend, TransportFailure::Timeout) if safe => {
+            Verdict::Retry(RetryReason::TimedOut)
+        }
+        (Phase::AfterSend, TransportFailure::Reset) if safe => {
+            Verdict::Retry(RetryReason::ConnectionReset)
+        }
+        (Phase::AfterSend, _) => Verdict::OutcomeUnknown,
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Every error says how many attempts were made and why the call stopped ([`StopReason`]). With
 //! the reqwest-middleware face it travels inside `reqwest_middleware::Error::Middleware`; get it
-//! back with [`RetryError::from_middleware`].
+//! back with [`RetryError::from_middleware`]. With the gRPC face it is the service error under
+//! the `tonic::Status` a generated client returns (`oncely_client::grpc::retry_error` finds it).
 //!
 //! Nothing here promises exactly-once execution, and no error claims it: an
 //! [`StopReason::OutcomeUnknown`] error exists precisely because a request sent once may or may
@@ -13,6 +14,8 @@ use std::fmt;
 use std::time::Duration;
 
 use http::StatusCode;
+
+use crate::driver::LastAnswer;
 
 /// A boxed underlying error (for the reqwest face, a `reqwest::Error`).
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -118,6 +121,7 @@ pub struct RetryError {
     attempts: u32,
     elapsed: Duration,
     last_status: Option<StatusCode>,
+    last_grpc_code: Option<i32>,
     idempotency_key: Option<String>,
     #[source]
     source: Option<BoxError>,
@@ -130,13 +134,18 @@ impl RetryError {
             attempts,
             elapsed,
             last_status: None,
+            last_grpc_code: None,
             idempotency_key: None,
             source: None,
         }
     }
 
-    pub(crate) fn with_last_status(mut self, status: Option<StatusCode>) -> Self {
-        self.last_status = status;
+    pub(crate) fn with_last(mut self, last: Option<LastAnswer>) -> Self {
+        match last {
+            Some(LastAnswer::Http(status)) => self.last_status = Some(status),
+            Some(LastAnswer::Grpc(code)) => self.last_grpc_code = Some(code),
+            None => {}
+        }
         self
     }
 
@@ -165,9 +174,16 @@ impl RetryError {
         self.elapsed
     }
 
-    /// The status of the last response, when the last attempt got one.
+    /// The HTTP status of the last response, when the last attempt got one (reqwest face).
     pub fn last_status(&self) -> Option<StatusCode> {
         self.last_status
+    }
+
+    /// The gRPC status code (`grpc-status`, 0 to 16) of the last response, when the last
+    /// attempt got one (gRPC face). The whole status, details included, is this error's
+    /// [`source`](StdError::source) (a `tonic::Status`).
+    pub fn last_grpc_code(&self) -> Option<i32> {
+        self.last_grpc_code
     }
 
     /// The `Idempotency-Key` every attempt carried, if any: reuse it to retry the same logical
@@ -208,6 +224,9 @@ fn render(e: &RetryError) -> String {
     );
     if let Some(status) = e.last_status {
         out.push_str(&format!("; last response {status}"));
+    }
+    if let Some(code) = e.last_grpc_code {
+        out.push_str(&format!("; last grpc-status {code}"));
     }
     if let Some(source) = &e.source {
         out.push_str(&format!("; last error: {source}"));

@@ -21,7 +21,12 @@
 //! - **a retry budget** ([`budget`]) shared by every request of a client, so a fleet cannot turn an
 //!   outage into a retry storm;
 //! - `tracing` logs and [`metrics`] counters for every retry;
-//! - a deterministic [`simulate`] module comparing backoff strategies and budgets.
+//! - a deterministic [`simulate`] module comparing backoff strategies and budgets;
+//! - **two transports, one retry core**: the reqwest middleware ([`middleware`]) and, with the
+//!   `grpc` feature, a tower layer for tonic channels (`grpc`: the key in `idempotency-key`
+//!   metadata, the time left as `grpc-timeout`, `google.rpc.RetryInfo` honoured like
+//!   `Retry-After`). Both drive the same policy, backoff, budget and deadline code
+//!   ([`schedule`]); only sending an attempt and reading its outcome differ.
 //!
 //! What it promises is *effectively-once* with a server that honours `Idempotency-Key`
 //! (Oncely's server half, or Stripe-like APIs): at-least-once delivery plus duplicate collapse on
@@ -133,7 +138,10 @@ pub mod budget;
 pub mod classify;
 pub mod clock;
 pub mod deadline;
+mod driver;
 pub mod error;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod key;
 pub mod metrics;
 pub mod middleware;

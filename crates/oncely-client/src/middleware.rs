@@ -95,34 +95,29 @@
 
 use std::error::Error as StdError;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{Extensions, HeaderValue, StatusCode};
+use http::{Extensions, StatusCode};
 use http_body::{Body as HttpBody, Frame};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use reqwest::{Request, Response, ResponseBuilderExt};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 
-use crate::budget::RetryBudget;
 use crate::classify::{
     Outcome, Phase, Problem, RequestFacts, ResponseClassifier, ResponseFacts, TransportFailure,
     Verdict, classify, classify_with, needs_problem_body,
 };
-use crate::clock::{Clock, TokioClock};
+use crate::clock::Clock;
 use crate::deadline::Deadline;
+use crate::driver::{Driver, LastAnswer, RetryLog};
 use crate::error::{BoxError, RetryError, StopReason};
-use crate::key::{
-    IDEMPOTENCY_KEY, IdempotencyKey, MakeIdempotencyKey, UuidV4Keys, check_key, needs_key,
-};
-use crate::metrics::{RetryMetrics, bump};
+use crate::key::{IDEMPOTENCY_KEY, check_key, needs_key};
 use crate::policy::RetryPolicy;
 use crate::retry_after::retry_after_from_headers;
-use crate::schedule::{CallState, WaitSource};
+use crate::schedule::CallState;
 
 /// Largest problem+json body read for classification, in bytes (64 KiB).
 pub const MAX_PROBLEM_BODY: u64 = 64 * 1024;
@@ -153,9 +148,9 @@ pub const MAX_PROBLEM_BODY: u64 = 64 * 1024;
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct CallOptions {
-    deadline: Option<Duration>,
-    max_attempts: Option<u32>,
-    mint_keys: Option<bool>,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) mint_keys: Option<bool>,
     classifier: Option<ResponseClassifier>,
 }
 
@@ -190,6 +185,24 @@ impl CallOptions {
         self
     }
 
+    /// The policy and the key-minting choice of one call: `policy` with these overrides.
+    pub(crate) fn apply(options: Option<&Self>, policy: RetryPolicy) -> (RetryPolicy, bool) {
+        let mut policy = policy;
+        let mut mint = policy.mints_keys();
+        if let Some(options) = options {
+            if let Some(d) = options.deadline {
+                policy = policy.with_deadline(d);
+            }
+            if let Some(n) = options.max_attempts {
+                policy = policy.with_max_attempts(n);
+            }
+            if let Some(m) = options.mint_keys {
+                mint = m;
+            }
+        }
+        (policy, mint)
+    }
+
     /// This call's response hook instead of the middleware's ([`OncelyRetry::with_classifier`]);
     /// it adds a signal, read after the server's own and before the allowlist (see
     /// [`crate::classify`]).
@@ -205,12 +218,8 @@ impl CallOptions {
 /// read [`OncelyRetry::metrics`] after handing one to the client builder.
 #[derive(Clone, Debug)]
 pub struct OncelyRetry {
-    policy: RetryPolicy,
-    budget: Option<Arc<RetryBudget>>,
-    metrics: Arc<RetryMetrics>,
-    keys: Arc<dyn MakeIdempotencyKey>,
-    clock: Arc<dyn Clock>,
-    rng: Arc<Mutex<StdRng>>,
+    /// The retry core this transport shares with the gRPC one ([`crate::driver`]).
+    core: Driver,
     classifier: Option<ResponseClassifier>,
 }
 
@@ -225,61 +234,18 @@ impl OncelyRetry {
     /// UUID v4 keys, tokio's clock and an OS-seeded random source.
     pub fn new(policy: RetryPolicy) -> Self {
         Self {
-            policy,
-            budget: policy.budget().map(|c| Arc::new(RetryBudget::new(c))),
-            metrics: Arc::new(RetryMetrics::default()),
-            keys: Arc::new(UuidV4Keys),
-            clock: Arc::new(TokioClock),
-            rng: Arc::new(Mutex::new(StdRng::from_os_rng())),
+            core: Driver::new(policy),
             classifier: None,
         }
     }
 
-    /// Shares an existing budget (for example between several clients of one process talking to
-    /// the same dependency), or `None` to disable the budget.
-    pub fn with_budget(mut self, budget: Option<Arc<RetryBudget>>) -> Self {
-        self.budget = budget;
-        self
-    }
-
-    /// Uses another key maker for minted keys (its keys are checked like a caller's).
-    pub fn with_key_maker(mut self, keys: impl MakeIdempotencyKey) -> Self {
-        self.keys = Arc::new(keys);
-        self
-    }
-
-    /// Uses another clock (tests, simulations).
-    pub fn with_clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// Seeds the jitter's random source, for reproducible delays.
-    pub fn with_rng_seed(mut self, seed: u64) -> Self {
-        self.rng = Arc::new(Mutex::new(StdRng::seed_from_u64(seed)));
-        self
-    }
+    crate::driver::core_methods!();
 
     /// A response hook for every call (a [`CallOptions::with_classifier`] replaces it for one
     /// call). It adds a signal; the allowlist defaults stay (see [`crate::classify`]).
     pub fn with_classifier(mut self, classifier: ResponseClassifier) -> Self {
         self.classifier = Some(classifier);
         self
-    }
-
-    /// The policy.
-    pub fn policy(&self) -> &RetryPolicy {
-        &self.policy
-    }
-
-    /// The shared retry budget, if any.
-    pub fn budget(&self) -> Option<&Arc<RetryBudget>> {
-        self.budget.as_ref()
-    }
-
-    /// The shared counters.
-    pub fn metrics(&self) -> &Arc<RetryMetrics> {
-        &self.metrics
     }
 
     /// The guard to put last in a middleware chain built by hand (see the
@@ -292,7 +258,7 @@ impl OncelyRetry {
     /// ([`RetryPolicy::connect_timeout`], default 3 s), for clients you want to configure
     /// further before [`OncelyRetry::wrap`].
     pub fn client_builder(&self) -> reqwest::ClientBuilder {
-        reqwest::Client::builder().connect_timeout(self.policy.connect_timeout())
+        reqwest::Client::builder().connect_timeout(self.core.policy.connect_timeout())
     }
 
     /// A reqwest client with the policy's connect timeout, wrapped with this middleware first
@@ -324,34 +290,13 @@ impl OncelyRetry {
         key: &Option<String>,
         source: Option<BoxError>,
     ) -> reqwest_middleware::Error {
-        let m = &self.metrics;
-        bump(&m.gave_up);
-        match reason {
-            StopReason::DeadlineExhausted { .. } | StopReason::RetryAfterBeyondDeadline { .. } => {
-                bump(&m.deadline_exhausted)
-            }
-            StopReason::AttemptsExhausted { .. } => bump(&m.attempts_exhausted),
-            StopReason::BudgetEmpty { .. } => bump(&m.budget_exhausted),
-            StopReason::OutcomeUnknown => bump(&m.outcome_unknown),
-            StopReason::BodyNotReplayable => bump(&m.not_replayable),
-            _ => {}
-        }
-        let elapsed = call.deadline().elapsed(self.clock.now());
-        tracing::warn!(
-            attempts = call.attempts(),
-            reason = %reason,
-            last_status = last_status.map(|s| s.as_u16()),
-            elapsed_ms = elapsed.as_millis() as u64,
-            tokens_left = self.budget.as_ref().map(|b| b.available()),
-            idempotency_key = key.as_deref(),
-            "oncely: giving up"
-        );
-        reqwest_middleware::Error::middleware(
-            RetryError::new(reason, call.attempts(), elapsed)
-                .with_last_status(last_status)
-                .with_key(key.clone())
-                .with_source(source),
-        )
+        reqwest_middleware::Error::middleware(self.core.give_up(
+            reason,
+            call,
+            last_status.map(LastAnswer::Http),
+            key.as_deref(),
+            source,
+        ))
     }
 }
 
@@ -437,33 +382,6 @@ impl Middleware for SendGuard {
                 .store(response.status().as_u16(), Ordering::Release);
         }
         result
-    }
-}
-
-/// Gives a retry's tokens back to the budget unless disarmed: a call dropped during its backoff
-/// sleep never used the retry it paid for.
-struct RefundOnDrop<'a> {
-    budget: Option<&'a RetryBudget>,
-    tokens: u32,
-}
-
-impl RefundOnDrop<'_> {
-    fn disarm(mut self) {
-        self.tokens = 0;
-    }
-}
-
-impl Drop for RefundOnDrop<'_> {
-    fn drop(&mut self) {
-        if let Some(budget) = self.budget
-            && self.tokens > 0
-        {
-            budget.deposit(self.tokens);
-            tracing::debug!(
-                tokens = self.tokens,
-                "oncely: call dropped while waiting; retry refunded"
-            );
-        }
     }
 }
 
@@ -685,30 +603,17 @@ impl Middleware for OncelyRetry {
             tracing::debug!("oncely: an outer OncelyRetry is retrying this call; passing through");
             return next.run(req, extensions).await;
         }
-        let mut policy = self.policy;
-        let mut mint = policy.mints_keys();
-        let mut classifier = self.classifier.clone();
-        if let Some(options) = extensions.get::<CallOptions>() {
-            if let Some(d) = options.deadline {
-                policy = policy.with_deadline(d);
-            }
-            if let Some(n) = options.max_attempts {
-                policy = policy.with_max_attempts(n);
-            }
-            if let Some(m) = options.mint_keys {
-                mint = m;
-            }
-            if let Some(c) = &options.classifier {
-                classifier = Some(c.clone());
-            }
-        }
-        bump(&self.metrics.calls);
-        let call = CallState::new(Deadline::starting_at(self.clock.now(), policy.deadline()));
+        let options = extensions.get::<CallOptions>();
+        let (policy, mint) = CallOptions::apply(options, self.core.policy);
+        let classifier = options
+            .and_then(|o| o.classifier.clone())
+            .or_else(|| self.classifier.clone());
+        let call = self.core.start_call(policy.deadline());
         let active = ActiveCall(Arc::new(ActiveInner {
             sends: AtomicU32::new(0),
             max_sends: policy.max_attempts(),
             deadline: *call.deadline(),
-            clock: self.clock.clone(),
+            clock: self.core.clock.clone(),
             last_status: AtomicU16::new(0),
         }));
         extensions.insert(active.clone());
@@ -751,17 +656,11 @@ impl OncelyRetry {
         }
         // One key per logical call, set on the request before any clone: every attempt carries it.
         if mint && needs_key(req.method()) && caller_key.is_none() {
-            let minted = self.keys.make_key();
-            let checked = IdempotencyKey::parse(minted.as_bytes()).and_then(|_| {
-                HeaderValue::from_str(&minted)
-                    .map_err(|_| oncely_core::KeyError::NotVisibleAscii(0))
-            });
-            match checked {
+            match self.core.mint_key() {
                 Ok(value) => {
                     req.headers_mut().insert(IDEMPOTENCY_KEY, value);
-                    bump(&self.metrics.keys_minted);
                 }
-                Err(e) => {
+                Err((e, minted)) => {
                     return Err(self.give_up(
                         StopReason::InvalidIdempotencyKey(e),
                         &call,
@@ -789,10 +688,11 @@ impl OncelyRetry {
         });
         let replayable = req.try_clone().is_some();
         let mut original = Some(req);
-        let budget = self.budget.as_deref();
+        let budget = self.core.budget.as_deref();
+        let clock = &self.core.clock;
 
         loop {
-            let started = self.clock.now();
+            let started = clock.now();
             let limit = call.deadline().attempt_limit(started, attempt_timeout);
             if limit.is_zero() {
                 let reason = StopReason::DeadlineExhausted {
@@ -809,8 +709,7 @@ impl OncelyRetry {
                 return Err(self.give_up(StopReason::BodyNotReplayable, &call, None, &key, None));
             };
             *this_attempt.timeout_mut() = Some(limit);
-            call.record_attempt();
-            bump(&self.metrics.attempts);
+            self.core.record_attempt(&mut call);
             let sends_before = active.sends();
 
             let result =
@@ -830,11 +729,10 @@ impl OncelyRetry {
                 Ok(Err(error)) => self.classify_error(error, &facts, &policy),
                 Ok(Ok(response)) => {
                     let status = response.status();
-                    let hint =
-                        retry_after_from_headers(response.headers(), self.clock.system_now());
+                    let hint = retry_after_from_headers(response.headers(), clock.system_now());
                     let (response, problem) = if needs_problem_body(status) {
                         // Reading the body is part of the attempt: bounded by what is left of it.
-                        let spent = self.clock.now().saturating_duration_since(started);
+                        let spent = clock.now().saturating_duration_since(started);
                         inspect_problem(response, limit.saturating_sub(spent)).await
                     } else {
                         (response, None)
@@ -945,43 +843,19 @@ impl OncelyRetry {
                     source,
                 ));
             }
-            let planned = {
-                let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-                call.plan_retry(&policy, budget, reason, hint, self.clock.now(), &mut *rng)
+            let log = RetryLog {
+                method: method.as_str(),
+                path: &path,
+                error: source.as_ref().map(|e| e.to_string()),
+                key: key.as_deref(),
             };
-            let plan = match planned {
-                Ok(plan) => plan,
-                Err(stop) => return Err(self.give_up(stop, &call, last_status, &key, source)),
-            };
-            bump(&self.metrics.retries);
-            if plan.source == WaitSource::RetryAfter {
-                bump(&self.metrics.retry_after_waits);
+            if let Err(stop) = self
+                .core
+                .wait_to_retry(&mut call, &policy, reason, hint, log)
+                .await
+            {
+                return Err(self.give_up(stop, &call, last_status, &key, source));
             }
-            tracing::info!(
-                attempt = call.attempts(),
-                next_attempt = call.attempts() + 1,
-                reason = %reason,
-                error = source.as_ref().map(|e| tracing::field::display(e.to_string())),
-                method = %method,
-                path = %path,
-                wait_ms = plan.wait.as_millis() as u64,
-                wait_source = match plan.source {
-                    WaitSource::Backoff => "backoff",
-                    WaitSource::RetryAfter => "retry-after",
-                },
-                backoff_ms = plan.backoff.as_millis() as u64,
-                retry_after_ms = plan.hint.map(|h| h.as_millis() as u64),
-                tokens_left = plan.tokens_left,
-                retry_cost = plan.cost,
-                idempotency_key = key.as_deref(),
-                "oncely: retrying"
-            );
-            let refund = RefundOnDrop {
-                budget,
-                tokens: plan.cost.unwrap_or(0),
-            };
-            self.clock.sleep(plan.wait).await;
-            refund.disarm();
         }
     }
 

@@ -13,7 +13,8 @@
 //!    [`StopReason::DeadlineExhausted`]: no sleep ever ends past the deadline;
 //! 5. the retry budget pays for the retry, or the call stops ([`StopReason::BudgetEmpty`]).
 //!
-//! The reqwest middleware ([`crate::middleware`]) drives it; another transport can too.
+//! Both transports drive it: the reqwest middleware ([`crate::middleware`]) and the gRPC layer
+//! (`crate::grpc`, feature `grpc`), where the server's hint is `google.rpc.RetryInfo`.
 //!
 //! ```
 //! use std::time::{Duration, Instant};

@@ -341,6 +341,106 @@ where
     );
 }
 
+/// The stored request lives only while the record is in flight (issue 12: the completer
+/// re-drives in-flight records only): completing drops it, on a first owner and on a takeover,
+/// and the replay is unchanged; releasing drops it too, and the next claim stores its own.
+pub async fn completion_drops_the_stored_request<S, F, Fut>(make: &F)
+where
+    S: KeyStore,
+    F: Fn(ManualClock) -> Fut,
+    Fut: Future<Output = Option<S>>,
+{
+    let clock = ManualClock::starting_now();
+    let store = skip_unless!(make, &clock);
+
+    // A first owner completes.
+    let id = fresh_id();
+    let now = clock.now_millis();
+    let c = expect_claimed(store.claim(claim_req(&id, r#"{"a":1}"#)).await.unwrap());
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.request, claim_req(&id, r#"{"a":1}"#).request);
+    store
+        .complete(&id, c.token, tricky_response(), RETENTION)
+        .await
+        .unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.request, None, "a complete record keeps no request");
+    assert_eq!(
+        rec.state,
+        RecordState::Complete {
+            response: tricky_response(),
+            completed_at: now
+        }
+    );
+    assert_eq!((rec.token, rec.created_at), (c.token, now));
+    assert_eq!(rec.fingerprint, fp(r#"{"a":1}"#));
+    clock.advance(Duration::from_secs(60));
+    match store.claim(claim_req(&id, r#"{"a":1}"#)).await.unwrap() {
+        ClaimOutcome::Replay {
+            response,
+            completed_at,
+        } => assert_eq!((response, completed_at), (tricky_response(), now)),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().request,
+        None,
+        "a replay stores nothing"
+    );
+    assert!(matches!(
+        store.claim(claim_req(&id, r#"{"a":2}"#)).await.unwrap(),
+        ClaimOutcome::Mismatch
+    ));
+
+    // A takeover (the completer's path) keeps the request while in flight, then completes.
+    let id = fresh_id();
+    let first = expect_claimed(store.claim(claim_req(&id, r#"{"b":1}"#)).await.unwrap());
+    clock.advance(LEASE);
+    let mut again = claim_req(&id, r#"{"b":1}"#);
+    again.request = None;
+    let t = expect_claimed(store.claim(again).await.unwrap());
+    assert_eq!(t.kind, ClaimKind::Takeover);
+    assert!(t.token > first.token);
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.request, claim_req(&id, r#"{"b":1}"#).request);
+    let done_at = clock.now_millis();
+    store
+        .complete(&id, t.token, tricky_response(), RETENTION)
+        .await
+        .unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.request, None);
+    match store.claim(claim_req(&id, r#"{"b":1}"#)).await.unwrap() {
+        ClaimOutcome::Replay {
+            response,
+            completed_at,
+        } => assert_eq!((response, completed_at), (tricky_response(), done_at)),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+
+    // Release drops it; the next claim stores its own request.
+    let id = fresh_id();
+    let c = expect_claimed(store.claim(claim_req(&id, r#"{"c":1}"#)).await.unwrap());
+    store.release(&id, c.token).await.unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.state_name(), rec.request), ("released", None));
+    expect_claimed(store.claim(claim_req(&id, r#"{"c":2}"#)).await.unwrap());
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.request, claim_req(&id, r#"{"c":2}"#).request);
+    // A fenced completion changes nothing, the request included.
+    assert!(matches!(
+        store
+            .complete(&id, c.token, tricky_response(), RETENTION)
+            .await,
+        Err(StoreError::Fenced)
+    ));
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state_name(), rec.request),
+        ("in_flight", claim_req(&id, r#"{"c":2}"#).request)
+    );
+}
+
 /// Release makes the key absent again while tokens keep increasing.
 pub async fn release_then_reclaim<S, F, Fut>(make: &F)
 where
@@ -792,6 +892,7 @@ macro_rules! conformance_tests {
             mismatch_in_every_state,
             lease_takeover_fences_old_owner,
             zero_lease_is_still_a_lease,
+            completion_drops_the_stored_request,
             release_then_reclaim,
             replay_window_expiry,
             scopes_are_independent,

@@ -318,7 +318,9 @@ pub struct Record {
     /// When the reaper may delete the record (epoch milliseconds): claim or completion time
     /// plus the retention.
     pub expires_at: UnixMillis,
-    /// The request that claimed it, for the completer.
+    /// The request that claimed it, for the completer; kept only while the record is in flight
+    /// (the completer re-drives in-flight records only): completing or releasing the record
+    /// drops it, so a complete or released record holds `None`.
     pub request: Option<StoredRequest>,
 }
 

@@ -2,6 +2,7 @@
 
 use crate::claimer::{Claimer, StoreClaimer};
 use crate::config::{DefaultKeyRule, ExtensionScope, KeyRule, ScopeExtractor};
+use crate::key_source::KeySource;
 use crate::metrics::Metrics;
 use crate::service::Idempotency;
 use http::HeaderName;
@@ -30,6 +31,7 @@ pub(crate) struct Config {
     pub(crate) scope: Arc<dyn ScopeExtractor>,
     pub(crate) fingerprinter: Arc<dyn Fingerprinter>,
     pub(crate) key_rule: Arc<dyn KeyRule>,
+    pub(crate) key_source: KeySource,
     pub(crate) store_timeout: Duration,
     pub(crate) fingerprint_headers: Vec<HeaderName>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -44,8 +46,9 @@ pub(crate) struct Config {
 /// 30 seconds renewed every 10 seconds, in-flight duplicates rejected with `Retry-After: 1`,
 /// `ietf` statuses, 1 MiB request and response limits), the scope from request extensions
 /// ([`ExtensionScope`]), fingerprint version 1 ([`DefaultFingerprinter`]), keys required on
-/// POST/PATCH and accepted on PUT/DELETE ([`DefaultKeyRule`]), a 5-second store timeout, no
-/// extra fingerprint headers, and the system clock.
+/// POST/PATCH and accepted on PUT/DELETE ([`DefaultKeyRule`]) from the `Idempotency-Key` header
+/// ([`KeySource::default()`]), a 5-second store timeout, no extra fingerprint headers, and the
+/// system clock.
 ///
 /// Cloning is cheap; clones share their [`Metrics`].
 ///
@@ -77,6 +80,7 @@ impl fmt::Debug for IdempotencyLayer {
             .field("policy", &self.config.policy)
             .field("store_timeout", &self.config.store_timeout)
             .field("fingerprint_headers", &self.config.fingerprint_headers)
+            .field("key_source", &self.config.key_source)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +96,7 @@ impl IdempotencyLayer {
                 scope: Arc::new(ExtensionScope),
                 fingerprinter: Arc::new(DefaultFingerprinter),
                 key_rule: Arc::new(DefaultKeyRule),
+                key_source: KeySource::default(),
                 store_timeout: DEFAULT_STORE_TIMEOUT,
                 fingerprint_headers: Vec::new(),
                 clock: Arc::new(SystemClock),
@@ -153,6 +158,24 @@ impl IdempotencyLayer {
     pub fn with_key_rule(mut self, r: impl KeyRule) -> Self {
         self.config.key_rule = Arc::new(r);
         self
+    }
+
+    /// Replaces where the key is read (default [`KeySource::default()`], the `Idempotency-Key`
+    /// header): another header such as Standard Webhooks' `webhook-id`, or a JSON Pointer into
+    /// the body such as `/id`. The key rules, the scope and the fingerprint are the same for
+    /// every source; a missing or invalid key is `400 idempotency_key_missing` /
+    /// `idempotency_key_invalid` naming the source.
+    ///
+    /// The source applies to every route this layer wraps: give a webhook route its own layer,
+    /// a clone of the API's (clones share the store, [`Metrics`] and [`Drain`](crate::Drain)).
+    pub fn with_key_source(mut self, source: KeySource) -> Self {
+        self.config.key_source = source;
+        self
+    }
+
+    /// Where this layer reads the key.
+    pub fn key_source(&self) -> &KeySource {
+        &self.config.key_source
     }
 
     /// Replaces how answers are said and responses judged (default [`ProblemJson`](crate::ProblemJson):

@@ -73,6 +73,16 @@
 //! Every error body is RFC 9457 `application/problem+json` with `code` and `retryable`; the
 //! statuses follow the policy's [`StatusProfile`](oncely_core::StatusProfile).
 //!
+//! # Key sources and webhook receivers
+//!
+//! The key comes from the `Idempotency-Key` header by default; a route can read it from another
+//! header (Standard Webhooks' `webhook-id`, GitHub's `X-GitHub-Delivery`) or from a JSON
+//! Pointer into the body (Stripe's event `/id`) with [`IdempotencyLayer::with_key_source`] and
+//! a [`KeySource`]; the key rules, scope and fingerprint are the same. A Standard Webhooks
+//! receiver puts [`StandardWebhooksLayer`] outside the layer: it verifies each delivery's
+//! signature and timestamp before any claim and makes the verified sender the scope (see
+//! [`standard_webhooks`]).
+//!
 //! # Handlers
 //!
 //! A claimed request carries an [`IdempotencyContext`] (an axum extractor; in plain tower, a
@@ -96,10 +106,13 @@ pub mod context;
 pub mod dialect;
 pub mod drain;
 mod future;
+pub mod key_source;
 mod layer;
 mod metrics;
 mod problem;
 mod service;
+#[cfg(feature = "standard-webhooks")]
+pub mod standard_webhooks;
 
 pub use capture::{DENIED_RESPONSE_HEADERS, capture_response, stored_response};
 pub use claimer::{ClaimProgress, Claimer, StoreClaimer};
@@ -110,10 +123,16 @@ pub use context::{HandlerOutcome, IdempotencyContext};
 pub use dialect::{Dialect, ProblemJson};
 pub use drain::Drain;
 pub use future::ResponseFuture;
+pub use key_source::{InvalidKeySource, KeySource};
 pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use problem::problem_response;
 pub use service::Idempotency;
+#[cfg(feature = "standard-webhooks")]
+pub use standard_webhooks::{
+    StandardWebhooks, StandardWebhooksLayer, TIMESTAMP_TOLERANCE_SECS, VerifiedWebhook,
+    WebhookSecretError,
+};
 
 /// The body type the layer hands the inner service and answers with: a boxed body of
 /// [`Bytes`](bytes::Bytes) chunks. axum accepts it both ways (`Router::layer`,

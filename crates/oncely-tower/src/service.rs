@@ -35,19 +35,19 @@ use crate::claimer::ClaimProgress;
 use crate::context::{HandlerOutcome, IdempotencyContext};
 use crate::drain::Drain;
 use crate::future::ResponseFuture;
+use crate::key_source::BodyKeyError;
 use crate::layer::Config;
 use crate::metrics::Counter;
 use crate::problem::{code_response, custom_problem};
-use crate::{Body, BoxError, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+use crate::{Body, BoxError, IDEMPOTENT_REPLAYED};
 use bytes::{Buf, Bytes};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use oncely_core::fingerprint::{FingerprintError, RequestParts};
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, ErrorCode, FencingToken, Fingerprint, IdempotencyKey,
-    InFlightBehavior, KeyError, RecordKey, RecordState, StoreError, StoredRequest, StoredResponse,
-    clock::duration_millis,
+    ClaimOutcome, ClaimRequest, ErrorCode, FencingToken, Fingerprint, InFlightBehavior, KeyError,
+    RecordKey, RecordState, StoreError, StoredRequest, StoredResponse, clock::duration_millis,
 };
 use std::fmt;
 use std::future::Future;
@@ -166,7 +166,7 @@ type BoxedCall<R, E> = std::pin::Pin<Box<dyn Future<Output = Result<R, E>> + Sen
 /// Calls the inner service and boxes its future as `Send`, proven here where every lifetime
 /// is known (inside an `async fn`, the compiler cannot prove `S::Future: Send` for the erased
 /// lifetimes of its state, rust-lang/rust#110338).
-fn call_boxed<S, R>(inner: &mut S, req: R) -> BoxedCall<S::Response, S::Error>
+pub(crate) fn call_boxed<S, R>(inner: &mut S, req: R) -> BoxedCall<S::Response, S::Error>
 where
     S: Service<R>,
     S::Future: Send + 'static,
@@ -209,55 +209,71 @@ where
     if requirement == crate::KeyRequirement::Ignored {
         return pass_through(inner, req).await;
     }
-    let key_values = req
-        .headers()
-        .get_all(IDEMPOTENCY_KEY)
-        .iter()
-        .map(HeaderValue::as_bytes);
-    let key = match IdempotencyKey::from_header_values(key_values) {
-        Ok(k) => k,
-        Err(KeyError::Missing) if requirement == crate::KeyRequirement::Optional => {
+    // A header source is read before anything else; a body source once the body is in.
+    let header_key = config.key_source.key_in_headers(req.headers());
+    let key = match header_key {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(KeyError::Missing)) if requirement == crate::KeyRequirement::Optional => {
             return pass_through(inner, req).await;
         }
-        Err(KeyError::Missing) => {
-            config.metrics.inc(Counter::key_missing);
-            return Ok(code_response(
-                &*config.dialect,
-                ErrorCode::KeyMissing,
-                policy.profile,
-                format!(
-                    "{} {} requires an Idempotency-Key header: mint a unique key per operation and reuse it on every retry",
-                    req.method(),
-                    uri.path()
-                ),
-                policy.retry_after_secs,
-            ));
-        }
-        Err(e) => {
-            config.metrics.inc(Counter::key_invalid);
-            return Ok(code_response(
-                &*config.dialect,
-                ErrorCode::KeyInvalid,
-                policy.profile,
-                format!("{e}; a key is 1 to 255 visible ASCII characters, sent once"),
-                policy.retry_after_secs,
-            ));
+        Some(Err(e)) => {
+            return Ok(key_refused(&config, req.method(), uri.path(), &e));
         }
     };
-
     let (mut parts, body) = req.into_parts();
     let Some(scope) = config.scope.scope(&parts) else {
         return Ok(code_response(
             &*config.dialect,
             ErrorCode::ScopeMissing,
             policy.profile,
-            "the caller is not authenticated, so the Idempotency-Key cannot be scoped",
+            "the caller is not authenticated, so the idempotency key cannot be scoped",
             policy.retry_after_secs,
         ));
     };
     let body = match read_body(&config, &parts.headers, body).await {
         Ok(b) => b,
         Err(res) => return Ok(res),
+    };
+    let key = match key {
+        Some(k) => k,
+        None => match config.key_source.key_in_body(&body) {
+            Ok(k) => k,
+            Err(BodyKeyError::Key(KeyError::Missing))
+                if requirement == crate::KeyRequirement::Optional =>
+            {
+                return pass_through(inner, Request::from_parts(parts, full_body(body))).await;
+            }
+            Err(BodyKeyError::Key(e)) => {
+                return Ok(key_refused(&config, &parts.method, uri.path(), &e));
+            }
+            Err(BodyKeyError::NotAString(kind)) => {
+                config.metrics.inc(Counter::key_invalid);
+                return Ok(code_response(
+                    &*config.dialect,
+                    ErrorCode::KeyInvalid,
+                    policy.profile,
+                    format!(
+                        "{} is {kind}; a key is a string of 1 to 255 visible ASCII characters",
+                        config.key_source
+                    ),
+                    policy.retry_after_secs,
+                ));
+            }
+            Err(BodyKeyError::NotIJson(why)) => {
+                config.metrics.inc(Counter::body_not_canonicalizable);
+                return Ok(code_response(
+                    &*config.dialect,
+                    ErrorCode::BodyNotCanonicalizable,
+                    policy.profile,
+                    format!(
+                        "the request body is not I-JSON ({why}), so {} cannot be read unambiguously; nothing was executed",
+                        config.key_source
+                    ),
+                    policy.retry_after_secs,
+                ));
+            }
+        },
     };
 
     // The fingerprint and the stored request, from the bytes received (never credentials:
@@ -378,6 +394,41 @@ where
         ClaimOutcome::Replay { response, .. } => Ok(replay(&config, &response)),
         ClaimOutcome::Mismatch => Ok(mismatch(&config)),
     }
+}
+
+/// The answer to a missing or invalid key: `400 idempotency_key_missing` or
+/// `idempotency_key_invalid`, naming the route's key source.
+fn key_refused(config: &Config, method: &http::Method, path: &str, e: &KeyError) -> Response<Body> {
+    let policy = &config.policy;
+    let source = &config.key_source;
+    if *e == KeyError::Missing {
+        config.metrics.inc(Counter::key_missing);
+        let detail = if *source == crate::KeySource::default() {
+            format!(
+                "{method} {path} requires an Idempotency-Key header: mint a unique key per operation and reuse it on every retry"
+            )
+        } else {
+            format!("{method} {path} reads its idempotency key from {source}, and it is missing")
+        };
+        return code_response(
+            &*config.dialect,
+            ErrorCode::KeyMissing,
+            policy.profile,
+            detail,
+            policy.retry_after_secs,
+        );
+    }
+    config.metrics.inc(Counter::key_invalid);
+    code_response(
+        &*config.dialect,
+        ErrorCode::KeyInvalid,
+        policy.profile,
+        format!(
+            "{}; a key is 1 to 255 visible ASCII characters, sent once",
+            source.explain(e)
+        ),
+        policy.retry_after_secs,
+    )
 }
 
 async fn pass_through<S, B, ResBody>(

@@ -99,6 +99,8 @@ fn mutate_first(v: &mut Value, kind: Kind, pointer: String) -> Option<String> {
             };
             Some(desc)
         }
+        // The key's place in the body (`AuditConfig::key_placement`) is not the body's to change.
+        (Value::String(s), Kind::String) if s == crate::audit::probe::KEY_PLACEHOLDER => None,
         (Value::String(s), Kind::String) => {
             let old = s.clone();
             s.push_str("-x");

@@ -1,6 +1,6 @@
 //! What to audit, and the bounds on the traffic the audit may send.
 
-use http::{HeaderValue, Method};
+use http::{HeaderName, HeaderValue, Method};
 use reqwest::Url;
 use std::time::Duration;
 
@@ -37,6 +37,42 @@ pub const MAX_TRIALS: usize = 100;
 /// How many client-controlled headers the client-bypass check knows (see
 /// [`checks::CLIENT_BYPASS`](super::checks::CLIENT_BYPASS)).
 pub(crate) const BYPASS_HEADERS: usize = 7;
+
+/// Requests the method check sends besides count-URL reads: two keyless requests and three
+/// `GET`s of the resource.
+const METHOD_PROBES: usize = 5;
+
+/// Where the audited endpoint reads its idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyPlacement {
+    /// A request header: `Idempotency-Key` (the default, IETF
+    /// draft-ietf-httpapi-idempotency-key-header), `webhook-id` (Standard Webhooks),
+    /// `X-GitHub-Delivery` ...
+    Header(HeaderName),
+    /// A string member of the JSON body at this RFC 6901 JSON Pointer (`/id`, Stripe's event
+    /// id): the audit writes each request's key there (the member's parent must be an object
+    /// of the configured body). "No key" removes the member; "the key twice" writes the member
+    /// twice in one object.
+    JsonPointer(String),
+}
+
+impl Default for KeyPlacement {
+    fn default() -> Self {
+        Self::Header(HeaderName::from_static("idempotency-key"))
+    }
+}
+
+impl std::fmt::Display for KeyPlacement {
+    /// `Idempotency-Key`, `webhook-id`, `key at /id`: how evidence lines name the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Header(h) if h == "idempotency-key" => f.write_str("Idempotency-Key"),
+            Self::Header(h) => f.write_str(h.as_str()),
+            Self::JsonPointer(p) => write!(f, "key at {p}"),
+        }
+    }
+}
 
 /// What to audit: one state-changing endpoint of one API, and the limits of the probe.
 ///
@@ -129,6 +165,22 @@ pub struct AuditConfig {
     /// Hard bound on requests sent by one audit, count-URL reads included. Default
     /// [`DEFAULT_MAX_REQUESTS`] (500); must cover [`planned_requests`](Self::planned_requests).
     pub max_requests: usize,
+    /// Where the key goes (default the `Idempotency-Key` header). Every check puts its keys
+    /// there: a webhook receiver keyed on `webhook-id` or on the event's `/id` is audited like
+    /// any API.
+    pub key_placement: KeyPlacement,
+    /// Sign every request to the endpoint and the other endpoint as a Standard Webhooks sender
+    /// does, with this secret (`whsec_<base64>`): `webhook-id` (the key when the key placement
+    /// is the `webhook-id` header; else the request's key, or a fresh id for a keyless
+    /// request), `webhook-timestamp` (now, in seconds) and `webhook-signature` (`v1,` HMAC-SHA256
+    /// over `id.timestamp.body`, by the `standardwebhooks` crate), computed afresh for each
+    /// attempt over the body actually sent. The second caller signs with
+    /// [`second_webhook_secret`](Self::second_webhook_secret) when given. Never printed.
+    pub webhook_secret: Option<String>,
+    /// Another sender's Standard Webhooks secret: the second caller of the key-scope check
+    /// (its requests are signed with it). Enables that check like
+    /// [`second_auth`](Self::second_auth). Never printed.
+    pub second_webhook_secret: Option<String>,
 }
 
 /// Why an [`AuditConfig`] cannot be run.
@@ -173,6 +225,18 @@ pub enum ConfigError {
     /// `window` is zero or longer than [`MAX_WINDOW`].
     #[error("the replay window must be between 1 ms and {} s to be waited out, got {} ms", MAX_WINDOW.as_secs(), .0.as_millis())]
     Window(Duration),
+    /// The key's JSON Pointer does not start with `/`, or its parent is not an object of the
+    /// configured body.
+    #[error(
+        "the key's JSON Pointer {0:?} must start with '/' and name a member of an object in the body"
+    )]
+    KeyPointer(String),
+    /// A Standard Webhooks secret is not `whsec_<base64>` (or bare base64), or is empty.
+    #[error("the {0} webhook secret is not a Standard Webhooks secret (whsec_ followed by base64)")]
+    WebhookSecret(&'static str),
+    /// `second_webhook_secret` without `webhook_secret`, or equal to it.
+    #[error("the second webhook secret needs a first one, and must differ from it")]
+    SecondWebhookSecret,
     /// `max_requests` is smaller than what the checks need.
     #[error("max_requests is {given} but this audit needs up to {needed} requests")]
     Budget {
@@ -221,12 +285,15 @@ impl AuditConfig {
             window: None,
             timeout: DEFAULT_TIMEOUT,
             max_requests: DEFAULT_MAX_REQUESTS,
+            key_placement: KeyPlacement::default(),
+            webhook_secret: None,
+            second_webhook_secret: None,
         }
     }
 
-    /// The most requests this configuration's audit sends: `trials x concurrency + 41`, plus
-    /// `2 x trials + 22` count-URL reads when `count_url` is set (with the defaults, 241 and
-    /// 283). Many of those are conditional: the in-flight check's two retries with a shorter
+    /// The most requests this configuration's audit sends: `trials x concurrency + 46`, plus
+    /// `2 x trials + 25` count-URL reads when `count_url` is set (with the defaults, 246 and
+    /// 291). Many of those are conditional: the in-flight check's two retries with a shorter
     /// delay (4 requests, 4 reads), the cross-scope check's two same-account probes, and the
     /// client-bypass check's one-header-at-a-time retests (14), sent only when a combined probe
     /// changed the behaviour.
@@ -235,7 +302,7 @@ impl AuditConfig {
         // (fresh key, reused key); second scope: 1 + 2 (same-account probes: a count read with
         // the second credential, a GET of the Location); refreshed credential: 1; session: 2;
         // client bypass: 3 + 2 per header; malformed keys: 4; missing key: 1; in-flight: up to
-        // 3 x 2; expiry: 1.
+        // 3 x 2; expiry: 1; method: 2 keyless requests and 3 GETs of the resource.
         let probes = self.trials * self.concurrency
             + 2
             + 1
@@ -248,11 +315,12 @@ impl AuditConfig {
             + 4
             + 1
             + 6
-            + 1;
+            + 1
+            + METHOD_PROBES;
         // count reads before/after: each burst, replay, reordered, mismatch, refreshed
-        // credential, session, client bypass x2, in-flight x3, expiry.
+        // credential, session, client bypass x2, in-flight x3, expiry; method: 3.
         let counts = if self.count_url.is_some() {
-            2 * self.trials + 2 * 11
+            2 * self.trials + 2 * 11 + 3
         } else {
             0
         };
@@ -336,6 +404,32 @@ impl AuditConfig {
             && (self.same_account_auth == self.auth || self.same_account_auth == self.second_auth)
         {
             return Err(ConfigError::SameAccountCredentials);
+        }
+        if let KeyPlacement::JsonPointer(ptr) = &self.key_placement {
+            let parent = ptr.rfind('/').map(|i| &ptr[..i]);
+            let parent_is_object = parent.is_some_and(|parent| {
+                self.body
+                    .pointer(parent)
+                    .is_some_and(serde_json::Value::is_object)
+            });
+            if !ptr.starts_with('/') || !parent_is_object {
+                return Err(ConfigError::KeyPointer(ptr.clone()));
+            }
+        }
+        for (what, secret) in [
+            ("first", &self.webhook_secret),
+            ("second", &self.second_webhook_secret),
+        ] {
+            if let Some(s) = secret
+                && crate::audit::probe::signer(s).is_none()
+            {
+                return Err(ConfigError::WebhookSecret(what));
+            }
+        }
+        if self.second_webhook_secret.is_some()
+            && (self.webhook_secret.is_none() || self.second_webhook_secret == self.webhook_secret)
+        {
+            return Err(ConfigError::SecondWebhookSecret);
         }
         if !(1..=MAX_TRIALS).contains(&self.trials) {
             return Err(ConfigError::Trials(self.trials));
@@ -469,22 +563,52 @@ mod tests {
     }
 
     #[test]
+    fn key_placements_and_webhook_secrets_are_checked() {
+        let mut c = cfg("http://127.0.0.1:9");
+        c.body = serde_json::json!({"id": "x", "data": {"object": {}}});
+        for ok in ["/id", "/data/object/id", "/new"] {
+            c.key_placement = KeyPlacement::JsonPointer(ok.into());
+            assert_eq!(c.validate(), Ok(()), "{ok}");
+        }
+        for bad in ["id", "/missing/id", "/id/x"] {
+            c.key_placement = KeyPlacement::JsonPointer(bad.into());
+            assert_eq!(
+                c.validate(),
+                Err(ConfigError::KeyPointer(bad.into())),
+                "{bad}"
+            );
+        }
+        c.key_placement = KeyPlacement::default();
+        c.webhook_secret = Some("whsec_not base64!".into());
+        assert_eq!(c.validate(), Err(ConfigError::WebhookSecret("first")));
+        c.webhook_secret = Some("whsec_".into());
+        assert_eq!(c.validate(), Err(ConfigError::WebhookSecret("first")));
+        c.webhook_secret = Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into());
+        assert_eq!(c.validate(), Ok(()));
+        c.second_webhook_secret = c.webhook_secret.clone();
+        assert_eq!(c.validate(), Err(ConfigError::SecondWebhookSecret));
+        c.second_webhook_secret = Some("whsec_dGhlIG90aGVyIHNlbmRlcidzIHNlY3JldA==".into());
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(KeyPlacement::default().to_string(), "Idempotency-Key");
+    }
+
+    #[test]
     fn bounds_are_enforced() {
         let mut c = cfg("http://127.0.0.1:9");
-        assert_eq!(c.planned_requests(), 10 * 20 + 41);
+        assert_eq!(c.planned_requests(), 10 * 20 + 46);
         c.count_url = Some("/v1/p".into());
-        assert_eq!(c.planned_requests(), 10 * 20 + 41 + 20 + 22);
+        assert_eq!(c.planned_requests(), 10 * 20 + 46 + 20 + 25);
         c.trials = 2;
-        assert_eq!(c.planned_requests(), 2 * 20 + 41 + 4 + 22);
+        assert_eq!(c.planned_requests(), 2 * 20 + 46 + 4 + 25);
         c.max_requests = 50;
         assert_eq!(
             c.validate(),
             Err(ConfigError::Budget {
                 given: 50,
-                needed: 107
+                needed: 115
             })
         );
-        c.max_requests = 107;
+        c.max_requests = 115;
         assert_eq!(c.validate(), Ok(()));
         c.trials = 0;
         assert_eq!(c.validate(), Err(ConfigError::Trials(0)));

@@ -24,10 +24,13 @@
 //!
 //! [`run`] sends a bounded series of requests to one endpoint (and, when configured, one other
 //! endpoint and a count URL), spread across one or more base URLs (instances of one API), and
-//! reports thirteen checks, listed with their decisions in [`checks`]: concurrency (repeated
+//! reports fourteen checks, listed with their decisions in [`checks`]: concurrency (repeated
 //! bursts), replay fidelity, payload mismatch, canonical JSON, cross-endpoint, cross-scope,
 //! refreshed credential, session scope, client bypass, malformed keys, missing key, in-flight
-//! response, expiry. Each is PASS, FAIL (naming an [anti-pattern](anti_patterns)), N/A (with
+//! response, method idempotency (`PUT`/`PATCH`/`DELETE` sent twice without a key), expiry.
+//! The key goes where the endpoint reads it ([`KeyPlacement`]), and requests can be signed as
+//! a Standard Webhooks sender signs them ([`AuditConfig::webhook_secret`]), so a webhook
+//! receiver is audited like any API. Each is PASS, FAIL (naming an [anti-pattern](anti_patterns)), N/A (with
 //! the reason it cannot say anything), or INCONCLUSIVE, with the exchanges as evidence. When one
 //! fault explains several failures (the key is ignored altogether), the report names it once as
 //! its [root cause](AuditReport::root_cause) and marks the others as its consequences.
@@ -46,7 +49,7 @@
 //! - Requests go only to the base URLs' origins; redirects are not followed, no proxy is used,
 //!   the HTTP client does not retry.
 //! - At most [`AuditConfig::max_requests`] requests (default 500; a run needs
-//!   [`AuditConfig::planned_requests`], 241 with the defaults, 283 with a count URL), each
+//!   [`AuditConfig::planned_requests`], 246 with the defaults, 291 with a count URL), each
 //!   bounded by [`AuditConfig::timeout`] (default 10 s). Response bodies are read up to 1 MiB.
 //! - The only deliberate wait is the expiry check's: the window plus 10% (at least 1 s), and the
 //!   window is at most [`MAX_WINDOW`] (600 s). The in-flight check waits half the first
@@ -73,7 +76,7 @@ mod report;
 
 pub use config::{
     AuditConfig, ConfigError, DEFAULT_CONCURRENCY, DEFAULT_MAX_REQUESTS, DEFAULT_TIMEOUT,
-    DEFAULT_TRIALS, MAX_CONCURRENCY, MAX_TRIALS, MAX_WINDOW,
+    DEFAULT_TRIALS, KeyPlacement, MAX_CONCURRENCY, MAX_TRIALS, MAX_WINDOW,
 };
 pub use report::{AuditReport, CheckResult, RootCause, Status, Trials};
 /// The URL type of [`AuditConfig::base_url`] (re-exported from `reqwest`, which re-exports
@@ -155,6 +158,10 @@ pub mod anti_patterns {
     /// skipped, or the key was wedged in flight for ever.
     pub const CLIENT_CONTROLLED_BYPASS: &str =
         "client-controlled bypass (a request header changes deduplication)";
+    /// A `PUT` or `DELETE` sent twice without a key changed the state twice (a `PUT` that
+    /// appends, a `DELETE` that decrements): the method is idempotent by RFC 9110 section
+    /// 9.2.2, so clients and proxies retry it without a key, and every retry is a duplicate.
+    pub const METHOD_NOT_IDEMPOTENT: &str = "the method promises idempotency; this endpoint is not";
 }
 
 /// The failures a key that is ignored altogether also causes: reported as its consequences,
@@ -213,7 +220,7 @@ fn diagnose(checks: &mut [CheckResult]) -> Option<RootCause> {
 /// is the baseline the other checks compare with), then canonical JSON, payload mismatch,
 /// cross-endpoint, cross-scope, refreshed credential, session scope, client bypass,
 /// concurrency (its bursts one after the other), in-flight, malformed keys, missing key,
-/// expiry. The report lists them in the contract's order ([`checks::ALL`]), after its
+/// method idempotency, expiry. The report lists them in the contract's order ([`checks::ALL`]), after its
 /// [root cause](AuditReport::root_cause) and warnings.
 pub async fn run(cfg: &AuditConfig) -> AuditReport {
     let mut target = format!(
@@ -270,6 +277,7 @@ pub async fn run(cfg: &AuditConfig) -> AuditReport {
             .await;
     let malformed = checks::keys::malformed_keys(&p).await;
     let missing = checks::keys::missing_key(&p).await;
+    let method = checks::method::method_idempotency(&p).await;
     let expiry = checks::expiry::expiry(&p, base, cfg.window).await;
 
     let mut results = vec![
@@ -285,6 +293,7 @@ pub async fn run(cfg: &AuditConfig) -> AuditReport {
         malformed,
         missing,
         in_flight,
+        method,
         expiry,
     ];
     let root_cause = diagnose(&mut results);

@@ -1,6 +1,6 @@
 //! The one place requests are sent: a bounded HTTP client and the evidence it records.
 
-use super::config::{AuditConfig, Targets};
+use super::config::{AuditConfig, KeyPlacement, Targets};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use reqwest::Url;
@@ -8,8 +8,83 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// The request header carrying the key (draft-ietf-httpapi-idempotency-key-header section 2).
-pub(crate) const KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
+/// What stands for the key in a body whose key is at a JSON Pointer, until a request is sent:
+/// the body variants (reordered, mutated) carry it through unchanged, and each request writes
+/// its own key in its place.
+pub(crate) const KEY_PLACEHOLDER: &str = "__oncely_audit_key__";
+
+/// A Standard Webhooks signer for `secret` (`whsec_<base64>` or bare base64), `None` when the
+/// secret is empty or not base64.
+pub(crate) fn signer(secret: &str) -> Option<standardwebhooks::Webhook> {
+    if secret.strip_prefix("whsec_").unwrap_or(secret).is_empty() {
+        return None;
+    }
+    standardwebhooks::Webhook::new(secret).ok()
+}
+
+/// Sets the member named by the JSON Pointer `ptr` (RFC 6901) to `value`, when its parent is
+/// an object; `false` otherwise.
+fn set_pointer(v: &mut serde_json::Value, ptr: &str, value: serde_json::Value) -> bool {
+    let Some((parent, name)) = split_pointer(ptr) else {
+        return false;
+    };
+    match v
+        .pointer_mut(parent)
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        Some(o) => {
+            o.insert(name, value);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The body of a probe whose key goes at the JSON Pointer `ptr`: the placeholder replaced by the
+/// key (a JSON string), by the key twice (`"id":"a","id":"b"` in one object), or removed with
+/// its member for a keyless probe. Bodies without the placeholder are sent as they are.
+fn key_in_body(p: &Probe, ptr: &str) -> Option<Bytes> {
+    let body = p.body.as_ref()?;
+    let token = serde_json::Value::String(KEY_PLACEHOLDER.to_owned()).to_string();
+    let text = String::from_utf8_lossy(body);
+    if !text.contains(&token) {
+        return Some(body.clone());
+    }
+    let string = |v: &HeaderValue| {
+        serde_json::Value::String(String::from_utf8_lossy(v.as_bytes()).into_owned()).to_string()
+    };
+    let replaced = match &p.key {
+        Key::One(v) => text.replace(&token, &string(v)),
+        Key::Repeated(a, b) => {
+            let name = split_pointer(ptr).map(|(_, n)| n).unwrap_or_default();
+            let name = serde_json::Value::String(name).to_string();
+            text.replace(&token, &format!("{},{name}:{}", string(a), string(b)))
+        }
+        Key::Absent => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(mut v) => {
+                if let Some((parent, name)) = split_pointer(ptr)
+                    && let Some(o) = v
+                        .pointer_mut(parent)
+                        .and_then(serde_json::Value::as_object_mut)
+                {
+                    o.remove(&name);
+                }
+                v.to_string()
+            }
+            Err(_) => text.into_owned(),
+        },
+    };
+    Some(Bytes::from(replaced))
+}
+
+/// A pointer's parent pointer and its last member name, unescaped (`~1` is `/`, `~0` is `~`).
+fn split_pointer(ptr: &str) -> Option<(&str, String)> {
+    let i = ptr.rfind('/')?;
+    Some((
+        &ptr[..i],
+        ptr[i + 1..].replace("~1", "/").replace("~0", "~"),
+    ))
+}
 
 /// The response headers recognised as marking a replay when their value is `true` (or `1`):
 /// `Idempotent-Replayed` (Stripe's convention, Oncely's contract) and the variants other
@@ -200,6 +275,10 @@ pub(crate) struct Prober {
     pub(crate) other_body: Option<Bytes>,
     /// Whether [`AuditConfig::other_body`] was given.
     pub(crate) other_body_given: bool,
+    /// Where the key goes.
+    placement: KeyPlacement,
+    /// The Standard Webhooks signers: the first caller's (and the same account's), the second's.
+    signers: [Option<std::sync::Arc<standardwebhooks::Webhook>>; 2],
 }
 
 impl Prober {
@@ -218,6 +297,20 @@ impl Prober {
             v.set_sensitive(true);
             v
         };
+        // A key read from the body: the placeholder takes its place in every body sent.
+        let mut json = cfg.body.clone();
+        let mut other_json = cfg.other_body.clone();
+        if let KeyPlacement::JsonPointer(ptr) = &cfg.key_placement {
+            let placeholder = serde_json::Value::String(KEY_PLACEHOLDER.to_owned());
+            set_pointer(&mut json, ptr, placeholder.clone());
+            if let Some(o) = other_json.as_mut() {
+                set_pointer(o, ptr, placeholder);
+            }
+        }
+        let to_bytes = |v: &serde_json::Value| {
+            (!v.is_null()).then(|| Bytes::from(serde_json::to_vec(v).expect("a Value serializes")))
+        };
+        let sign = |s: &Option<String>| s.as_deref().and_then(signer).map(std::sync::Arc::new);
         Ok(Self {
             client,
             creds: [
@@ -232,25 +325,95 @@ impl Prober {
             timeout: cfg.timeout,
             targets,
             method: cfg.method.clone(),
-            json: cfg.body.clone(),
-            body: (!cfg.body.is_null())
-                .then(|| Bytes::from(serde_json::to_vec(&cfg.body).expect("a Value serializes"))),
-            other_body: match &cfg.other_body {
-                Some(v) if v.is_null() => None,
-                Some(v) => Some(Bytes::from(
-                    serde_json::to_vec(v).expect("a Value serializes"),
-                )),
-                None => (!cfg.body.is_null()).then(|| {
-                    Bytes::from(serde_json::to_vec(&cfg.body).expect("a Value serializes"))
-                }),
+            body: to_bytes(&json),
+            other_body: match &other_json {
+                Some(v) => to_bytes(v),
+                None => to_bytes(&json),
             },
+            json,
             other_body_given: cfg.other_body.is_some(),
+            placement: cfg.key_placement.clone(),
+            signers: [sign(&cfg.webhook_secret), sign(&cfg.second_webhook_secret)],
         })
     }
 
-    /// Whether this credential is configured.
+    /// Whether this credential is configured (for the second caller: an `Authorization` value
+    /// or a second sender's webhook secret).
     pub(crate) fn has(&self, cred: Cred) -> bool {
-        self.creds[cred.index()].is_some()
+        self.creds[cred.index()].is_some() || (cred == Cred::Second && self.signers[1].is_some())
+    }
+
+    /// The key's headers and the body a probe sends: the key in its header, or written into the
+    /// body at its JSON Pointer (removed for "no key", written twice for "the key twice").
+    fn materialize(&self, p: &Probe) -> (Vec<(HeaderName, HeaderValue)>, Option<Bytes>) {
+        let name = match &self.placement {
+            KeyPlacement::Header(name) => name,
+            KeyPlacement::JsonPointer(ptr) => return (Vec::new(), key_in_body(p, ptr)),
+        };
+        let headers = match &p.key {
+            Key::Absent => Vec::new(),
+            Key::One(v) => vec![(name.clone(), v.clone())],
+            Key::Repeated(a, b) => vec![(name.clone(), a.clone()), (name.clone(), b.clone())],
+        };
+        (headers, p.body.clone())
+    }
+
+    /// The Standard Webhooks headers of a request to the endpoint (or the other endpoint) whose
+    /// key headers and body are these, when a webhook secret is configured: a fresh timestamp
+    /// and signature for every attempt, over the body actually sent.
+    fn webhook_headers(
+        &self,
+        p: &Probe,
+        key_headers: &[(HeaderName, HeaderValue)],
+        body: Option<&Bytes>,
+    ) -> Vec<(HeaderName, HeaderValue)> {
+        let signer = match p.cred {
+            Cred::Second => self.signers[1].as_ref().or(self.signers[0].as_ref()),
+            Cred::First | Cred::SameAccount => self.signers[0].as_ref(),
+        };
+        let Some(signer) = signer else {
+            return Vec::new();
+        };
+        let id_header = HeaderName::from_static(standardwebhooks::HEADER_WEBHOOK_ID);
+        let key_is_id = matches!(&self.placement, KeyPlacement::Header(h) if *h == id_header);
+        let mut out = Vec::new();
+        // The id: the key when the key is the webhook-id header (sent as the key headers say,
+        // absent for a keyless request); otherwise the request's key, or a fresh id.
+        let id = if key_is_id {
+            key_headers
+                .iter()
+                .find(|(n, _)| *n == id_header)
+                .map(|(_, v)| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .unwrap_or_default()
+        } else {
+            let id = match &p.key {
+                Key::One(v) | Key::Repeated(v, _) => v.to_str().ok().map(str::to_owned),
+                Key::Absent => None,
+            }
+            .unwrap_or_else(|| format!("msg_oncely_audit_{}", uuid::Uuid::new_v4().simple()));
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                out.push((id_header, v));
+            }
+            id
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let payload = body.map_or(&[][..], |b| &b[..]);
+        if let Ok(sig) = signer.sign(&id, now, payload)
+            && let Ok(mut v) = HeaderValue::from_str(&sig)
+        {
+            v.set_sensitive(true);
+            out.push((
+                HeaderName::from_static(standardwebhooks::HEADER_WEBHOOK_TIMESTAMP),
+                HeaderValue::from(now),
+            ));
+            out.push((
+                HeaderName::from_static(standardwebhooks::HEADER_WEBHOOK_SIGNATURE),
+                v,
+            ));
+        }
+        out
     }
 
     /// Whether cookie jars are on.
@@ -318,7 +481,14 @@ impl Prober {
 
     /// A request as an evidence line, before it is sent (the first base URL is shown).
     pub(crate) fn describe(&self, p: &Probe) -> String {
-        describe_request(p, &self.resolve(&p.dest, false), self.instances() > 1)
+        let (_, body) = self.materialize(p);
+        describe_request(
+            p,
+            &self.resolve(&p.dest, false),
+            self.instances() > 1,
+            &self.placement,
+            body.as_ref(),
+        )
     }
 
     /// Takes one request from the budget, or says it is spent.
@@ -335,17 +505,22 @@ impl Prober {
     pub(crate) async fn send(&self, p: &Probe) -> Result<Exchange, ProbeError> {
         self.take_budget()?;
         let url = self.resolve(&p.dest, true);
-        let request = describe_request(p, &url, self.instances() > 1);
+        let (key_headers, body) = self.materialize(p);
+        let request = describe_request(
+            p,
+            &url,
+            self.instances() > 1,
+            &self.placement,
+            body.as_ref(),
+        );
         let mut headers = HeaderMap::new();
-        match &p.key {
-            Key::Absent => {}
-            Key::One(v) => {
-                headers.append(KEY_HEADER, v.clone());
+        if !matches!(p.dest, Dest::Url(_)) {
+            for (name, value) in self.webhook_headers(p, &key_headers, body.as_ref()) {
+                headers.append(name, value);
             }
-            Key::Repeated(a, b) => {
-                headers.append(KEY_HEADER, a.clone());
-                headers.append(KEY_HEADER, b.clone());
-            }
+        }
+        for (name, value) in key_headers {
+            headers.append(name, value);
         }
         if let Some(c) = &self.creds[p.cred.index()] {
             headers.insert(header::AUTHORIZATION, c.clone());
@@ -364,7 +539,7 @@ impl Prober {
             headers.append(name.clone(), value.clone());
         }
         let mut rb = self.client.request(p.method.clone(), url);
-        if let Some(body) = &p.body {
+        if let Some(body) = &body {
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -656,7 +831,13 @@ fn describe_key(v: &HeaderValue) -> String {
 
 /// A request as an evidence line: `> METHOD /path Idempotency-Key: "k" Authorization: <second
 /// credential> body: {...}` (with several base URLs, the path is preceded by `host:port`).
-pub(crate) fn describe_request(p: &Probe, url: &Url, show_origin: bool) -> String {
+pub(crate) fn describe_request(
+    p: &Probe,
+    url: &Url,
+    show_origin: bool,
+    placement: &KeyPlacement,
+    body: Option<&Bytes>,
+) -> String {
     let origin = match (show_origin, url.host_str()) {
         (true, Some(h)) => match url.port() {
             Some(port) => format!("{h}:{port}"),
@@ -666,10 +847,10 @@ pub(crate) fn describe_request(p: &Probe, url: &Url, show_origin: bool) -> Strin
     };
     let mut s = format!("> {} {origin}{}", p.method, path_and_query(url));
     match &p.key {
-        Key::Absent => s.push_str(" (no Idempotency-Key)"),
-        Key::One(v) => s.push_str(&format!(" Idempotency-Key: {}", describe_key(v))),
+        Key::Absent => s.push_str(&format!(" (no {placement})")),
+        Key::One(v) => s.push_str(&format!(" {placement}: {}", describe_key(v))),
         Key::Repeated(a, b) => s.push_str(&format!(
-            " Idempotency-Key: {} Idempotency-Key: {}",
+            " {placement}: {} {placement}: {}",
             describe_key(a),
             describe_key(b)
         )),
@@ -690,7 +871,7 @@ pub(crate) fn describe_request(p: &Probe, url: &Url, show_origin: bool) -> Strin
             String::from_utf8_lossy(value.as_bytes())
         ));
     }
-    if let Some(b) = &p.body {
+    if let Some(b) = body {
         s.push_str(&format!(" body: {}", truncate_body(b)));
     }
     s
@@ -878,7 +1059,7 @@ mod tests {
             extra: Vec::new(),
         };
         assert_eq!(
-            describe_request(&p, &url, false),
+            describe_request(&p, &url, false, &KeyPlacement::default(), p.body.as_ref()),
             r#"> POST /v1/p?x=1 Idempotency-Key: "caf\xc3\xa9" Authorization: <second credential> body: {"a":1}"#
         );
         p.cookies_of = Cred::First;
@@ -888,7 +1069,7 @@ mod tests {
         )];
         p.body = None;
         assert_eq!(
-            describe_request(&p, &url, true),
+            describe_request(&p, &url, true, &KeyPlacement::default(), p.body.as_ref()),
             r#"> POST 127.0.0.1:1/v1/p?x=1 Idempotency-Key: "caf\xc3\xa9" Authorization: <second credential> Cookie: <the first credential's cookies> x-idempotency-replay: true"#
         );
         let long = "x".repeat(300);

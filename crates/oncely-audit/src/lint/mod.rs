@@ -48,6 +48,8 @@
 //! - it declares a header parameter named `Idempotency-Key` (case-insensitive, as HTTP field
 //!   names are), inline or through a local `$ref` (`#/components/parameters/...` in OpenAPI 3,
 //!   `#/parameters/...` in Swagger 2.0), on the operation or on its path item; or
+//! - it names another key source with [`EXT_KEY_SOURCE`] (a webhook receiver keyed on
+//!   `webhook-id`, or on the body's `/id`), on the operation or on its path item; or
 //! - it carries the vendor extension [`EXT_UNSAFE_TO_RETRY`]` : true`, on the operation or on its
 //!   path item.
 //!
@@ -57,6 +59,18 @@
 //! |---|---|---|
 //! | `x-oncely-unsafe-to-retry: true` | operation or path item | "this operation does not take an idempotency key; clients must not retry it automatically". The explicit opt-out: the author has decided, and generated clients and humans can see it. |
 //! | `x-oncely-idempotent: true \| false` | operation or path item | overrides the method's default: `true` exempts a side-effect-free `POST`, `false` subjects a `PUT`/`DELETE` that is not really idempotent to the rule. |
+//! | `x-oncely-key-source: "webhook-id"` (or `"/id"`) | operation or path item | the operation reads its idempotency key from this header, or from the body at this JSON Pointer, instead of `Idempotency-Key` (a webhook receiver): it takes a key. |
+//! | `x-oncely-verified-idempotent: true` | operation or path item | "this `PUT`/`DELETE` was checked and repeating it changes nothing" (for example by `oncely audit`'s method-idempotency check): silences the warning below. |
+//!
+//! ## The warning
+//!
+//! A `PUT` or `DELETE` that takes no key passes on its method's promise alone, and a `PUT` that
+//! appends to a log or a `DELETE` that decrements a counter breaks it while every client, proxy
+//! and SDK retries it freely. So the lint **warns** (it does not fail: the exit status is
+//! unchanged) about every `PUT`/`DELETE` operation that declares no `Idempotency-Key`, is not
+//! `x-oncely-unsafe-to-retry: true`, and is not marked [`EXT_VERIFIED_IDEMPOTENT`]` : true`,
+//! pointing at the audit's method-idempotency check (`oncely audit URL --endpoint 'PUT
+//! /path'`), which sends the request twice without a key and compares the state.
 //!
 //! Only boolean values count; `"true"` as a string is ignored (and so fails closed).
 //! The operation's value wins over the path item's.
@@ -77,6 +91,16 @@ pub const EXT_UNSAFE_TO_RETRY: &str = "x-oncely-unsafe-to-retry";
 
 /// The vendor extension that overrides whether an operation's method is idempotent.
 pub const EXT_IDEMPOTENT: &str = "x-oncely-idempotent";
+
+/// The vendor extension that says a `PUT`/`DELETE` operation's idempotency was verified (for
+/// example by `oncely audit`'s method-idempotency check): it silences the lint's warning.
+pub const EXT_VERIFIED_IDEMPOTENT: &str = "x-oncely-verified-idempotent";
+
+/// The vendor extension that names where an operation reads its idempotency key when it is
+/// not the `Idempotency-Key` header: another header (`webhook-id`, `X-GitHub-Delivery`) or a
+/// JSON Pointer into the body (`/id`), as `oncely_tower::KeySource` does. A non-empty string
+/// counts as taking a key.
+pub const EXT_KEY_SOURCE: &str = "x-oncely-key-source";
 
 /// The header an operation must accept (compared case-insensitively).
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
@@ -149,13 +173,17 @@ impl fmt::Display for Finding {
 pub struct LintReport {
     /// Every operation that breaks the rule, in document order.
     pub findings: Vec<Finding>,
+    /// Warnings, in document order: `PUT`/`DELETE` operations that take no key and are not
+    /// marked [`EXT_VERIFIED_IDEMPOTENT`]` : true`. They do not fail the lint (the exit status
+    /// stays 0); they point at the audit's method-idempotency check.
+    pub warnings: Vec<Finding>,
     /// How many `POST`, `PUT`, `PATCH` and `DELETE` operations were looked at (the methods the
     /// rule applies to before extensions; safe methods are not counted).
     pub operations_checked: usize,
 }
 
 impl LintReport {
-    /// `true` when there are no findings (the CLI exits 0).
+    /// `true` when there are no findings (the CLI exits 0); warnings do not count.
     pub fn passed(&self) -> bool {
         self.findings.is_empty()
     }
@@ -167,22 +195,38 @@ impl LintReport {
             out.push_str(&f.to_string());
             out.push('\n');
         }
+        for w in &self.warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
         out.push_str(&format!(
-            "lint: {} state-changing operation(s) checked, {} without an Idempotency-Key or {}\n",
+            "lint: {} state-changing operation(s) checked, {} without an Idempotency-Key or {}",
             self.operations_checked,
             self.findings.len(),
             EXT_UNSAFE_TO_RETRY
         ));
+        if !self.warnings.is_empty() {
+            out.push_str(&format!(
+                ", {} warning(s) (PUT/DELETE not verified idempotent)",
+                self.warnings.len()
+            ));
+        }
+        out.push('\n');
         out
     }
 
     /// The report as JSON:
-    /// `{"passed": bool, "operations_checked": n, "findings": [{"method", "path", "operation_id", "message"}]}`.
+    /// `{"passed": bool, "operations_checked": n, "findings": [{"method", "path", "operation_id", "message"}], "warnings": [...the same shape]}`.
     pub fn to_json(&self) -> serde_json::Value {
         json!({
             "passed": self.passed(),
             "operations_checked": self.operations_checked,
             "findings": self.findings.iter().map(|f| json!({
+                "method": f.method,
+                "path": f.path,
+                "operation_id": f.operation_id,
+                "message": f.message,
+            })).collect::<Vec<_>>(),
+            "warnings": self.warnings.iter().map(|f| json!({
                 "method": f.method,
                 "path": f.path,
                 "operation_id": f.operation_id,
@@ -216,6 +260,7 @@ pub fn lint(spec_text: &str) -> Result<LintReport, LintError> {
     }
     let mut report = LintReport {
         findings: Vec::new(),
+        warnings: Vec::new(),
         operations_checked: 0,
     };
     let paths = match get(&doc, "paths") {
@@ -246,15 +291,27 @@ pub fn lint(spec_text: &str) -> Result<LintReport, LintError> {
             let Some(op) = get(item, method) else {
                 continue;
             };
-            if let Some(finding) = check_operation(&doc, &path, method, item, op, &mut report) {
-                report.findings.push(finding);
+            match check_operation(&doc, &path, method, item, op, &mut report) {
+                Verdict::Pass => {}
+                Verdict::Finding(f) => report.findings.push(f),
+                Verdict::Warning(w) => report.warnings.push(w),
             }
         }
     }
     Ok(report)
 }
 
-/// Applies the rule to one operation; `None` when it passes or the rule does not apply.
+/// What the rule says about one operation.
+enum Verdict {
+    /// It passes, or the rule does not apply.
+    Pass,
+    /// It breaks the rule.
+    Finding(Finding),
+    /// A `PUT`/`DELETE` that takes no key and is not marked verified idempotent.
+    Warning(Finding),
+}
+
+/// Applies the rule to one operation.
 fn check_operation(
     doc: &Value,
     path: &str,
@@ -262,26 +319,24 @@ fn check_operation(
     item: &Value,
     op: &Value,
     report: &mut LintReport,
-) -> Option<Finding> {
+) -> Verdict {
     let by_method = match method {
         "post" | "patch" => Some(false),
         "put" | "delete" => Some(true),
         _ => None,
     };
-    let by_method_idempotent = by_method?;
+    let Some(by_method_idempotent) = by_method else {
+        return Verdict::Pass;
+    };
     report.operations_checked += 1;
-    let idempotent = bool_ext(op, EXT_IDEMPOTENT)
-        .or_else(|| bool_ext(item, EXT_IDEMPOTENT))
-        .unwrap_or(by_method_idempotent);
-    if idempotent {
-        return None;
-    }
-    if bool_ext(op, EXT_UNSAFE_TO_RETRY).or_else(|| bool_ext(item, EXT_UNSAFE_TO_RETRY))
-        == Some(true)
-    {
-        return None;
-    }
+    let ext = |name| bool_ext(op, name).or_else(|| bool_ext(item, name));
+    let idempotent = ext(EXT_IDEMPOTENT).unwrap_or(by_method_idempotent);
+    let unsafe_to_retry = ext(EXT_UNSAFE_TO_RETRY) == Some(true);
     let mut unresolved = Vec::new();
+    let mut takes_key = [get(op, EXT_KEY_SOURCE), get(item, EXT_KEY_SOURCE)]
+        .into_iter()
+        .flatten()
+        .any(|v| matches!(v, Value::String(s) if !s.trim().is_empty()));
     for params in [get(op, "parameters"), get(item, "parameters")]
         .into_iter()
         .flatten()
@@ -291,17 +346,40 @@ fn check_operation(
         };
         for param in params {
             match resolve(doc, param, 0) {
-                Ok(p) if is_key_header(p) => return None,
+                Ok(p) if is_key_header(p) => takes_key = true,
                 Ok(_) => {}
                 Err(why) => unresolved.push(why),
             }
         }
+    }
+    if takes_key || unsafe_to_retry {
+        return Verdict::Pass;
     }
     let operation_id = match get(op, "operationId") {
         Some(Value::String(s)) => Some(s.clone()),
         _ => None,
     };
     let upper = method.to_ascii_uppercase();
+    let finding = |message: String| Finding {
+        method: upper.clone(),
+        path: path.to_owned(),
+        operation_id: operation_id.clone(),
+        message,
+    };
+    if idempotent {
+        // A PUT/DELETE idempotent by its method alone (or by a bare claim): only a check of
+        // the endpoint itself says whether it keeps the promise.
+        if !by_method_idempotent || ext(EXT_VERIFIED_IDEMPOTENT) == Some(true) {
+            return Verdict::Pass;
+        }
+        return Verdict::Warning(finding(format!(
+            "{upper} promises idempotency (RFC 9110 section 9.2.2) but takes no \
+             `{IDEMPOTENCY_KEY_HEADER}`, and nothing says the promise was verified: run `oncely \
+             audit BASE_URL --endpoint '{upper} {path}'` (its method-idempotency check sends the \
+             request twice without a key and compares the state), then mark the operation \
+             `{EXT_VERIFIED_IDEMPOTENT}: true`, or accept an `{IDEMPOTENCY_KEY_HEADER}`"
+        )));
+    }
     let why_checked = if by_method_idempotent {
         format!("{upper} is marked {EXT_IDEMPOTENT}: false, so it")
     } else {
@@ -314,12 +392,7 @@ fn check_operation(
     if !unresolved.is_empty() {
         message.push_str(&format!(" (not followed: {})", unresolved.join("; ")));
     }
-    Some(Finding {
-        method: upper,
-        path: path.to_owned(),
-        operation_id,
-        message,
-    })
+    Verdict::Finding(finding(message))
 }
 
 fn bool_ext(node: &Value, name: &str) -> Option<bool> {

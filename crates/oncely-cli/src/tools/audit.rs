@@ -76,6 +76,33 @@ pub struct Args {
     /// Hard limit on the requests the audit sends (count-URL reads included).
     #[arg(long, default_value_t = audit::DEFAULT_MAX_REQUESTS)]
     max_requests: usize,
+    /// The header the endpoint reads its key from (default Idempotency-Key), e.g. webhook-id
+    /// for a Standard Webhooks receiver or X-GitHub-Delivery.
+    #[arg(long, value_name = "NAME", conflicts_with = "key_json_pointer")]
+    key_header: Option<String>,
+    /// The endpoint reads its key from the JSON body at this JSON Pointer (RFC 6901), e.g. /id
+    /// for Stripe-style events: every request writes its key there (the member's parent must
+    /// be an object of --body).
+    #[arg(long, value_name = "PTR")]
+    key_json_pointer: Option<String>,
+    /// Sign every request as a Standard Webhooks sender (whsec_... secret): webhook-id,
+    /// webhook-timestamp and a fresh webhook-signature per attempt over the body sent, so every
+    /// check runs against a webhook receiver. Never printed.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "ONCELY_AUDIT_WEBHOOK_SECRET",
+        hide_env_values = true
+    )]
+    webhook_secret: Option<String>,
+    /// Another sender's Standard Webhooks secret: the second caller of the key-scope check.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        requires = "webhook_secret",
+        hide_env_values = true
+    )]
+    second_webhook_secret: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -159,6 +186,16 @@ fn config(args: &Args) -> Result<AuditConfig> {
         .transpose()?;
     cfg.timeout = seconds("--timeout-secs", args.timeout_secs)?;
     cfg.max_requests = args.max_requests;
+    if let Some(name) = &args.key_header {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| anyhow!("--key-header: {name:?} is not an HTTP header name"))?;
+        cfg.key_placement = audit::KeyPlacement::Header(name);
+    }
+    if let Some(ptr) = &args.key_json_pointer {
+        cfg.key_placement = audit::KeyPlacement::JsonPointer(ptr.clone());
+    }
+    cfg.webhook_secret = args.webhook_secret.clone();
+    cfg.second_webhook_secret = args.second_webhook_secret.clone();
     cfg.validate().context("invalid audit configuration")?;
     Ok(cfg)
 }

@@ -3,8 +3,11 @@
 //!
 //! A thin layer over [`oncely_audit::lint`] (the rule, the vendor extensions and the `$ref`
 //! handling are documented there). Reads the file (JSON or YAML; `-` reads standard input),
-//! prints one line per finding and a summary, or the report as JSON with `--json`. Exit status 0
-//! without findings, 1 with any, 2 when the file cannot be read or is not an OpenAPI document.
+//! prints one line per finding, one `warning:` line per `PUT`/`DELETE` that takes no key and is
+//! not marked `x-oncely-verified-idempotent: true` (check it with `oncely audit`'s
+//! method-idempotency check), and a summary, or the report as JSON with `--json`. Exit status 0
+//! without findings (warnings do not count), 1 with any, 2 when the file cannot be read or is
+//! not an OpenAPI document.
 
 use anyhow::{Context as _, Result};
 use std::io::Read as _;

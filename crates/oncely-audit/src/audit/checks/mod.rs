@@ -14,6 +14,7 @@
 //! | [`MALFORMED_KEYS`] | an empty key, a 256-character key, a non-ASCII key (raw UTF-8 bytes), the header twice: `400` each | [`NO_KEY_VALIDATION`](super::anti_patterns::NO_KEY_VALIDATION), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`MISSING_KEY`] | no key on the endpoint: `400` (with a problem body, else a note) | [`KEY_OPTIONAL`](super::anti_patterns::KEY_OPTIONAL), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`IN_FLIGHT`] | a duplicate sent while the first is still running (half the baseline latency later; when it gets the original response or is sent too late, up to two more pairs with half the delay each): `409` with a valid `Retry-After` and a machine-readable code, or, when every pair got the original response, a wait and a replay; every `409` of the concurrency check must carry both too | [`BINARY_KEY_STATE`](super::anti_patterns::BINARY_KEY_STATE), [`UNHELPFUL_IN_FLIGHT`](super::anti_patterns::UNHELPFUL_IN_FLIGHT), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
+//! | [`METHOD_IDEMPOTENCY`] | for a `PUT`, `PATCH` or `DELETE` endpoint: the same request twice without a key, the state (count URL, `GET` of the endpoint's URL) read before, after the first and after the repeat: the repeat changes nothing (a `400` for the keyless request passes too); N/A for other methods or when nothing shows the state | [`METHOD_NOT_IDEMPOTENT`](super::anti_patterns::METHOD_NOT_IDEMPOTENT) (`PUT`/`DELETE`), [`KEY_OPTIONAL`](super::anti_patterns::KEY_OPTIONAL) (`PATCH`) |
 //! | [`EXPIRY`] | after `window` plus a margin, the first key again: a new execution | [`NEVER_EXPIRES`](super::anti_patterns::NEVER_EXPIRES), [`EXPIRED_KEY_ERROR`](super::anti_patterns::EXPIRED_KEY_ERROR), [`PHANTOM_EXECUTION`](super::anti_patterns::PHANTOM_EXECUTION) (a new `id` while the count URL did not grow) |
 //!
 //! ## Decisions worth knowing
@@ -45,6 +46,12 @@
 //!   shared deployment too: audit a quiet one).
 //! - **A missing key on `PUT`/`DELETE`** is a PASS with a note when accepted: those methods are
 //!   idempotent by RFC 9110 section 9.2.2, and Oncely accepts but does not require a key on them.
+//!   Whether the endpoint really is idempotent is [`METHOD_IDEMPOTENCY`]'s question.
+//! - **Webhook receivers** are audited like any API: the key goes where the receiver reads it
+//!   ([`AuditConfig::key_placement`](super::AuditConfig::key_placement): a header such as
+//!   `webhook-id`, or a JSON Pointer such as `/id`), and with a webhook secret every request is
+//!   signed afresh as a Standard Webhooks sender signs it, so the checks see what a real
+//!   sender's redeliveries would see. The second caller is another sender (its own secret).
 
 pub(crate) mod bypass;
 pub(crate) mod concurrency;
@@ -52,6 +59,7 @@ pub(crate) mod credentials;
 pub(crate) mod expiry;
 pub(crate) mod in_flight;
 pub(crate) mod keys;
+pub(crate) mod method;
 pub(crate) mod replay;
 pub(crate) mod variants;
 
@@ -83,6 +91,8 @@ pub const REFRESHED_CREDENTIAL: &str = "refreshed-credential";
 pub const SESSION_SCOPE: &str = "session-scope";
 /// Requests carrying the replay and cache headers some middlewares trust.
 pub const CLIENT_BYPASS: &str = "client-bypass";
+/// A `PUT`, `PATCH` or `DELETE` sent twice without a key.
+pub const METHOD_IDEMPOTENCY: &str = "method-idempotency";
 /// The same key after the replay window.
 pub const EXPIRY: &str = "expiry";
 /// The pseudo-check reported (as INCONCLUSIVE) when the configuration is invalid or the HTTP
@@ -90,7 +100,7 @@ pub const EXPIRY: &str = "expiry";
 pub const CONFIGURATION: &str = "configuration";
 
 /// Every check, in report order.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     CONCURRENCY,
     REPLAY_FIDELITY,
     PAYLOAD_MISMATCH,
@@ -103,6 +113,7 @@ pub const ALL: [&str; 13] = [
     MALFORMED_KEYS,
     MISSING_KEY,
     IN_FLIGHT,
+    METHOD_IDEMPOTENCY,
     EXPIRY,
 ];
 

@@ -12,6 +12,9 @@
 //! - `GET /charges`, `GET /emails`: per key, how many calls arrived and how many executed,
 //!   with the `metadata` object of the first request (the API sends its account, its own
 //!   `Idempotency-Key` and the payment id there).
+//! - Every executed charge emits a signed Standard Webhooks event, `charge.succeeded`, to the
+//!   receivers registered at `POST /webhook-endpoints`, retried until acknowledged; see
+//!   [`webhooks`] (`GET /events`, `POST /events/{id}/deliver`).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -48,19 +51,43 @@ struct EntryView<'a> {
     executions: u64,
 }
 
-#[derive(Default, Clone)]
+pub mod webhooks;
+
+#[derive(Clone)]
 struct Ledgers {
     charges: Arc<Mutex<Ledger>>,
     emails: Arc<Mutex<Ledger>>,
+    webhooks: Arc<webhooks::Sender>,
 }
 
-/// The processor's router.
-pub fn router() -> Router {
-    Router::new()
+/// The processor's router; its webhook events are signed with `webhook_secret`
+/// (`whsec_<base64>`).
+///
+/// # Errors
+///
+/// When `webhook_secret` is not a Standard Webhooks secret.
+pub fn router(webhook_secret: &str) -> anyhow::Result<Router> {
+    let sender = Arc::new(webhooks::Sender::new(webhook_secret)?);
+    let ledgers = Ledgers {
+        charges: Arc::default(),
+        emails: Arc::default(),
+        webhooks: Arc::clone(&sender),
+    };
+    Ok(Router::new()
         .route("/charges", post(charge).get(list_charges))
         .route("/emails", post(email).get(list_emails))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(Ledgers::default())
+        .with_state(ledgers)
+        .merge(
+            Router::new()
+                .route(
+                    "/webhook-endpoints",
+                    post(webhooks::register).delete(webhooks::forget_endpoints),
+                )
+                .route("/events", get(webhooks::list).post(webhooks::trigger))
+                .route("/events/{id}/deliver", post(webhooks::deliver))
+                .with_state(sender),
+        ))
 }
 
 fn key_of(headers: &HeaderMap) -> Option<String> {
@@ -115,7 +142,8 @@ async fn charge(State(s): State<Ledgers>, headers: HeaderMap, Json(req): Json<Va
         return missing_key();
     };
     let metadata = req["metadata"].clone();
-    once(&s.charges, key, metadata, |n| {
+    let mut succeeded = None;
+    let res = once(&s.charges, key, metadata.clone(), |n| {
         let source = req["source"].as_str().unwrap_or_default();
         if matches!(source, "tok_decline" | "tok_chargeDeclined") {
             (
@@ -123,17 +151,21 @@ async fn charge(State(s): State<Ledgers>, headers: HeaderMap, Json(req): Json<Va
                 json!({"error": "card_declined", "decline_code": "generic_decline"}),
             )
         } else {
-            (
-                201,
-                json!({
-                    "id": format!("ch_{n:08}"),
-                    "status": "succeeded",
-                    "amount": req["amount"],
-                    "currency": req["currency"],
-                }),
-            )
+            let charge = json!({
+                "id": format!("ch_{n:08}"),
+                "status": "succeeded",
+                "amount": req["amount"],
+                "currency": req["currency"],
+            });
+            succeeded = Some(charge.clone());
+            (201, charge)
         }
-    })
+    });
+    // Executed (not a replay of the ledger): the event goes out once per charge.
+    if let Some(charge) = succeeded {
+        s.webhooks.charge_succeeded(&charge, &metadata);
+    }
+    res
 }
 
 async fn email(State(s): State<Ledgers>, headers: HeaderMap, Json(req): Json<Value>) -> Response {
@@ -212,7 +244,7 @@ mod tests {
 
     #[tokio::test]
     async fn charges_execute_once_per_key_and_count_calls() {
-        let app = router();
+        let app = router(webhooks::DEV_WEBHOOK_SECRET).unwrap();
         let body = json!({"amount": 100, "currency": "usd", "source": "tok_visa"});
         let (s1, b1) = call(&app, "POST", "/charges", Some("k1"), body.clone()).await;
         let (s2, b2) = call(&app, "POST", "/charges", Some("k1"), body.clone()).await;
