@@ -186,7 +186,7 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8081")]
         addr: SocketAddr,
-        /// The Standard Webhooks secret (whsec_<base64>) its charge.succeeded events are signed
+        /// The Standard Webhooks secret (`whsec_<base64>`) its charge.succeeded events are signed
         /// with; the API server must verify with the same one. The default is a well-known
         /// test secret: set your own outside tests.
         #[arg(long, env = "ONCELY_WEBHOOK_SECRET", hide_env_values = true, default_value = processor::webhooks::DEV_WEBHOOK_SECRET)]
