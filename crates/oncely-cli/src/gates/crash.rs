@@ -30,13 +30,7 @@ pub async fn run(env: &Env, _cfg: &GatesConfig) -> Result<GateResult> {
     env.step("crash recovery: SIGKILL after charge_created, no client retry: the completer");
     runs.push(crash_once(env, "charge_created", true).await?);
     let passed = runs.iter().all(|r| r["passed"] == true);
-    let repeated: u64 = runs
-        .iter()
-        .map(|r| {
-            r["charge_calls"].as_u64().unwrap_or(0).saturating_sub(1)
-                + r["receipt_calls"].as_u64().unwrap_or(0).saturating_sub(1)
-        })
-        .sum();
+    let repeated = repeated_outside_calls(&runs);
     Ok(GateResult {
         name: Gate::Crash.title().into(),
         passed,
@@ -47,6 +41,16 @@ pub async fn run(env: &Env, _cfg: &GatesConfig) -> Result<GateResult> {
         ),
         details: json!({ "runs": runs, "repeated_outside_calls": repeated }),
     })
+}
+
+/// The outside calls made beyond the first, per charge and receipt, over every run.
+pub fn repeated_outside_calls(runs: &[Value]) -> u64 {
+    runs.iter()
+        .map(|r| {
+            r["charge_calls"].as_u64().unwrap_or(0).saturating_sub(1)
+                + r["receipt_calls"].as_u64().unwrap_or(0).saturating_sub(1)
+        })
+        .sum()
 }
 
 /// Gate 2, one recovery point: crash after it, restart, retry (or let the completer finish).

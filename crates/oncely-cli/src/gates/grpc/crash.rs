@@ -4,7 +4,7 @@
 //! that replays identically.
 
 use super::{channel, create, until_reply};
-use crate::gates::crash::POINTS;
+use crate::gates::crash::{POINTS, repeated_outside_calls};
 use crate::gates::env::Env;
 use crate::gates::http::payments_of;
 use crate::gates::{Gate, GateResult, GatesConfig};
@@ -23,13 +23,7 @@ pub async fn run(env: &Env, _cfg: &GatesConfig) -> Result<GateResult> {
         runs.push(crash_once(env, point).await?);
     }
     let passed = runs.iter().all(|r| r["passed"] == true);
-    let repeated: u64 = runs
-        .iter()
-        .map(|r| {
-            r["charge_calls"].as_u64().unwrap_or(0).saturating_sub(1)
-                + r["receipt_calls"].as_u64().unwrap_or(0).saturating_sub(1)
-        })
-        .sum();
+    let repeated = repeated_outside_calls(&runs);
     Ok(GateResult {
         name: Gate::GrpcCrash.title().into(),
         passed,
