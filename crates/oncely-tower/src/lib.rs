@@ -97,6 +97,8 @@ pub mod drain;
 mod future;
 mod layer;
 mod metrics;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 mod problem;
 mod service;
 

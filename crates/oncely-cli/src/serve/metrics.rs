@@ -7,6 +7,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 /// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", security(()),
+    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(app): State<App>) -> Response {
     let mut text = app.metrics().render_prometheus();
     let counts = app.counts();

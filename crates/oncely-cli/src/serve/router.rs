@@ -10,12 +10,12 @@ use super::db::BusinessDb;
 use super::routes::{keys, orders, payments, reads};
 use super::store::Backend;
 use super::{App, auth, health, metrics, openapi, problems, should_retry};
+use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
 use oncely_core::{IdempotencyKey, Policy, RecordKey, Scope};
 use oncely_tower::IdempotencyLayer;
 
@@ -108,7 +108,7 @@ pub fn router(app: App, backend: &Backend, layer: Option<IdempotencyLayer>) -> R
         .route("/v1/orders/{id}", get(reads::get_order))
         .route("/v1/idempotency-keys/{key}", get(keys::key_state))
         .route("/metrics", get(metrics::metrics))
-        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
+        .route("/openapi.json", get(openapi::serve_document))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(problems::no_route)
