@@ -69,6 +69,8 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
         .context("invalid idempotency policy")?;
     let opened = store::open(&cfg.store, cfg.business_path.as_deref()).await?;
     let layer = router::layer_for(&opened.backend, cfg.policy.clone());
+    layer.metrics().set_store_label(cfg.store.kind());
+    metrics::install();
     let app = App::new(
         &opened,
         &cfg.processor_url,
