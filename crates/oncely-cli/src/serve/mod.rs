@@ -16,6 +16,7 @@
 //! | [`problems`] | the problem+json answers, `404`/`405` for what is not a route |
 //! | [`metrics`], [`health`], [`openapi`] | `/metrics`, `/healthz` and `/readyz`, `/openapi.json` |
 //! | [`should_retry`] | `x-should-retry` on every problem |
+//! | [`trace`] | request ids (`x-request-id`) and the trace layer (tower-http) |
 //! | [`server`] | the HTTP loop: limits, graceful shutdown |
 
 pub mod app;
@@ -30,6 +31,7 @@ pub mod routes;
 pub mod server;
 pub mod should_retry;
 pub mod store;
+pub mod trace;
 
 pub use app::App;
 pub use store::{StoreUrl, open_store};
