@@ -1,4 +1,4 @@
-//! `GET /metrics`: everything sent through the [`metrics`](::metrics) facade (the layer's
+//! `GET /metrics`: everything sent through the `metrics` facade (the layer's
 //! counters and histograms with `route`, `outcome` and `store` labels, the client SDK's, this
 //! server's own), rendered by `metrics-exporter-prometheus` in the Prometheus text format
 //! (version 0.0.4).
