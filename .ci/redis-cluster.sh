@@ -78,11 +78,20 @@ stop() {
 start_node() {
   local p=$1
   mkdir -p "$DIR/$p"
-  redis-server --port "$p" --bind 127.0.0.1 --daemonize yes \
-    --dir "$DIR/$p" --pidfile "$DIR/$p.pid" --logfile "$DIR/$p.log" \
-    --cluster-enabled yes --cluster-config-file "$DIR/$p/nodes.conf" \
-    --cluster-node-timeout "$NODE_TIMEOUT" \
-    --appendonly yes --appendfsync everysec --save ""
+  # The daemons outlive this script: they must not inherit its descriptors beyond stdio (a
+  # caller's flock(1) lock file, a pipe a caller waits on), or they hold them for ever. Closed
+  # in a subshell, so the script's own (bash reads it from fd 255) stay open.
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if [[ $fd -gt 2 ]]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+    done
+    exec redis-server --port "$p" --bind 127.0.0.1 --daemonize yes \
+      --dir "$DIR/$p" --pidfile "$DIR/$p.pid" --logfile "$DIR/$p.log" \
+      --cluster-enabled yes --cluster-config-file "$DIR/$p/nodes.conf" \
+      --cluster-node-timeout "$NODE_TIMEOUT" \
+      --appendonly yes --appendfsync everysec --save ""
+  )
   for _ in $(seq 1 50); do cli "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
   cli "$p" ping >/dev/null
 }

@@ -48,18 +48,128 @@ async fn get_json(url: &str, account: &str) -> Value {
         .unwrap()
 }
 
-async fn metric(url: &str, name: &str) -> u64 {
-    let text = reqwest::get(format!("{url}/metrics"))
+async fn scrape(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The sum of every series of the counter `name` (over its labels); 0 when it has none yet
+/// (the exporter shows a series from its first increment on).
+async fn metric(url: &str, name: &str) -> u64 {
+    let text = scrape(url).await;
     text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .filter(|l| {
+            l.starts_with(name)
+                && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{'))
+        })
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("bad sample {l:?} in:\n{text}"))
+        })
+        .sum()
+}
+
+/// The value of the one sample line that starts with `series` (name and labels, in the
+/// exporter's order), or `None`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
+}
+
+/// `/metrics` is the exporter's: after a claim, a replay and a mismatch on one route, the
+/// labelled counters, the outcome series and the claim-latency histogram say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_labelled_by_route_outcome_and_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("metrics.sqlite3");
+    let s = start(&["serve", "--store", db.to_str().unwrap()]);
+    let pay = r#"{"amount": 1999, "currency": "EUR", "source": "tok_visa"}"#;
+    let other = r#"{"amount": 5000, "currency": "EUR", "source": "tok_visa"}"#;
+    assert_eq!(
+        post(&s.url, "/v1/payments", "acct_m", Some("m-1"), pay)
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        post(&s.url, "/v1/payments", "acct_m", Some("m-1"), pay)
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        post(&s.url, "/v1/payments", "acct_m", Some("m-1"), other)
+            .await
+            .status,
+        422
+    );
+    let text = scrape(&s.url).await;
+    let route = r#"route="/v1/payments""#;
+    for (series, want) in [
+        (
+            format!("oncely_claims_total{{{route},store=\"sqlite\"}}"),
+            1.0,
+        ),
+        (
+            format!("oncely_replays_total{{{route},store=\"sqlite\"}}"),
+            1.0,
+        ),
+        (
+            format!("oncely_mismatches_total{{{route},store=\"sqlite\"}}"),
+            1.0,
+        ),
+        (
+            format!("oncely_requests_total{{{route},outcome=\"claimed\",store=\"sqlite\"}}"),
+            1.0,
+        ),
+        (
+            format!("oncely_requests_total{{{route},outcome=\"replayed\",store=\"sqlite\"}}"),
+            1.0,
+        ),
+        (
+            format!("oncely_requests_total{{{route},outcome=\"mismatch\",store=\"sqlite\"}}"),
+            1.0,
+        ),
+        (
+            format!(
+                "oncely_claim_duration_seconds_count{{{route},outcome=\"claimed\",store=\"sqlite\"}}"
+            ),
+            1.0,
+        ),
+        (
+            format!(
+                "oncely_claim_duration_seconds_bucket{{{route},outcome=\"replayed\",store=\"sqlite\",le=\"+Inf\"}}"
+            ),
+            1.0,
+        ),
+        ("oncely_payments_created_total".to_owned(), 1.0),
+        ("oncely_payments".to_owned(), 1.0),
+    ] {
+        assert_eq!(sample(&text, &series), Some(want), "{series} in:\n{text}");
+    }
+    assert!(
+        text.contains("# TYPE oncely_claim_duration_seconds histogram"),
+        "{text}"
+    );
+    // Every store call the layer made is timed: at least the three claims.
+    let ops: f64 = ["ok", "error"]
+        .iter()
+        .filter_map(|o| {
+            sample(
+                &text,
+                &format!("oncely_store_operation_duration_seconds_count{{store=\"sqlite\",outcome=\"{o}\"}}"),
+            )
+        })
+        .sum();
+    assert!(ops >= 3.0, "{ops} store operations in:\n{text}");
 }
 
 /// A payment body that repeats `amount`, sent with the key of a payment that had one of its
@@ -307,10 +417,10 @@ async fn openapi_documents_the_key_on_every_write() {
                 writes += 1;
                 let params = op["parameters"].as_array().expect("parameters");
                 assert!(
-                    params
-                        .iter()
-                        .any(|p| p["$ref"] == "#/components/parameters/IdempotencyKey"),
-                    "{method} {path} lacks the Idempotency-Key parameter"
+                    params.iter().any(|p| p["name"] == "Idempotency-Key"
+                        && p["in"] == "header"
+                        && p["required"] == true),
+                    "{method} {path} lacks the required Idempotency-Key header parameter"
                 );
                 for status in ["400", "409", "422", "503"] {
                     assert!(
@@ -323,12 +433,8 @@ async fn openapi_documents_the_key_on_every_write() {
     }
     assert_eq!(writes, 2);
     assert_eq!(
-        doc["components"]["parameters"]["IdempotencyKey"]["name"],
-        "Idempotency-Key"
-    );
-    assert_eq!(
-        doc["components"]["parameters"]["IdempotencyKey"]["in"],
-        "header"
+        doc["components"]["schemas"]["Problem"]["required"],
+        serde_json::json!(["type", "title", "status", "code", "retryable"])
     );
 }
 

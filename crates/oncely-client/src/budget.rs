@@ -194,7 +194,10 @@ impl RetryBudget {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok((left, cost)),
+                Ok(_) => {
+                    crate::metrics::budget_balance(left);
+                    return Ok((left, cost));
+                }
                 Err(actual) => current = actual,
             }
         }
@@ -210,11 +213,14 @@ impl RetryBudget {
     /// Adds tokens, never above capacity.
     pub fn deposit(&self, tokens: u32) {
         let capacity = self.config.capacity;
-        let _ = self
+        let before = self
             .tokens
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
                 Some(t.saturating_add(tokens).min(capacity))
             });
+        if let Ok(t) = before {
+            crate::metrics::budget_balance(t.saturating_add(tokens).min(capacity));
+        }
     }
 }
 

@@ -2,23 +2,64 @@
 //!
 //! Plain atomics, cheap to update on every attempt; read them with [`RetryMetrics::snapshot`]
 //! and export them to whatever metrics system you use.
+//!
+//! With the `metrics` feature every counter is also sent through the [`metrics`] facade to the
+//! recorder the application installed, as `oncely_client_<name>_total` (e.g.
+//! `oncely_client_retries_total`, `oncely_client_budget_exhausted_total`), and the retry
+//! budget's balance as the gauge `oncely_client_retry_budget_tokens` (after every withdrawal
+//! and deposit).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// One counter: a relaxed atomic and, for the `metrics` facade, its name.
+#[derive(Debug)]
+pub(crate) struct Counter {
+    value: AtomicU64,
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    name: &'static str,
+}
+
+impl Counter {
+    const fn new(name: &'static str) -> Self {
+        Self {
+            value: AtomicU64::new(0),
+            name,
+        }
+    }
+}
+
 /// Live counters (relaxed atomics).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RetryMetrics {
-    pub(crate) calls: AtomicU64,
-    pub(crate) attempts: AtomicU64,
-    pub(crate) retries: AtomicU64,
-    pub(crate) retry_after_waits: AtomicU64,
-    pub(crate) keys_minted: AtomicU64,
-    pub(crate) budget_exhausted: AtomicU64,
-    pub(crate) deadline_exhausted: AtomicU64,
-    pub(crate) attempts_exhausted: AtomicU64,
-    pub(crate) outcome_unknown: AtomicU64,
-    pub(crate) not_replayable: AtomicU64,
-    pub(crate) gave_up: AtomicU64,
+    pub(crate) calls: Counter,
+    pub(crate) attempts: Counter,
+    pub(crate) retries: Counter,
+    pub(crate) retry_after_waits: Counter,
+    pub(crate) keys_minted: Counter,
+    pub(crate) budget_exhausted: Counter,
+    pub(crate) deadline_exhausted: Counter,
+    pub(crate) attempts_exhausted: Counter,
+    pub(crate) outcome_unknown: Counter,
+    pub(crate) not_replayable: Counter,
+    pub(crate) gave_up: Counter,
+}
+
+impl Default for RetryMetrics {
+    fn default() -> Self {
+        Self {
+            calls: Counter::new("oncely_client_calls_total"),
+            attempts: Counter::new("oncely_client_attempts_total"),
+            retries: Counter::new("oncely_client_retries_total"),
+            retry_after_waits: Counter::new("oncely_client_retry_after_waits_total"),
+            keys_minted: Counter::new("oncely_client_keys_minted_total"),
+            budget_exhausted: Counter::new("oncely_client_budget_exhausted_total"),
+            deadline_exhausted: Counter::new("oncely_client_deadline_exhausted_total"),
+            attempts_exhausted: Counter::new("oncely_client_attempts_exhausted_total"),
+            outcome_unknown: Counter::new("oncely_client_outcome_unknown_total"),
+            not_replayable: Counter::new("oncely_client_not_replayable_total"),
+            gave_up: Counter::new("oncely_client_gave_up_total"),
+        }
+    }
 }
 
 /// A point-in-time copy of [`RetryMetrics`].
@@ -52,7 +93,7 @@ pub struct MetricsSnapshot {
 impl RetryMetrics {
     /// A copy of every counter.
     pub fn snapshot(&self) -> MetricsSnapshot {
-        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let l = |c: &Counter| c.value.load(Ordering::Relaxed);
         MetricsSnapshot {
             calls: l(&self.calls),
             attempts: l(&self.attempts),
@@ -69,6 +110,53 @@ impl RetryMetrics {
     }
 }
 
-pub(crate) fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+pub(crate) fn bump(counter: &Counter) {
+    counter.value.fetch_add(1, Ordering::Relaxed);
+    #[cfg(feature = "metrics")]
+    metrics::counter!(counter.name).increment(1);
+}
+
+/// Reports the retry budget's balance (`oncely_client_retry_budget_tokens`), with the
+/// `metrics` feature.
+pub(crate) fn budget_balance(tokens: u32) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("oncely_client_retry_budget_tokens").set(f64::from(tokens));
+    #[cfg(not(feature = "metrics"))]
+    let _ = tokens;
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    #[test]
+    fn counters_and_the_budget_balance_reach_the_facade() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let m = RetryMetrics::default();
+        metrics::with_local_recorder(&recorder, || {
+            bump(&m.retries);
+            bump(&m.retries);
+            bump(&m.budget_exhausted);
+            budget_balance(495);
+        });
+        assert_eq!(m.snapshot().retries, 2);
+        let seen: std::collections::HashMap<String, DebugValue> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| (key.key().name().to_owned(), value))
+            .collect();
+        assert_eq!(seen["oncely_client_retries_total"], DebugValue::Counter(2));
+        assert_eq!(
+            seen["oncely_client_budget_exhausted_total"],
+            DebugValue::Counter(1)
+        );
+        assert!(matches!(
+            seen["oncely_client_retry_budget_tokens"],
+            DebugValue::Gauge(g) if g.into_inner() == 495.0
+        ));
+        assert!(!seen.contains_key("oncely_client_calls_total"));
+    }
 }

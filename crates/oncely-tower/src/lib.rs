@@ -109,6 +109,8 @@ mod future;
 pub mod key_source;
 mod layer;
 mod metrics;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 mod problem;
 mod service;
 #[cfg(feature = "standard-webhooks")]

@@ -1,6 +1,18 @@
 //! Counters of what the layer did, out of the box: read them with [`Metrics::snapshot`] or
 //! serve them with [`Metrics::render_prometheus`].
 //!
+//! With the `metrics` feature every counter is also sent through the [`metrics`] facade to
+//! whatever recorder the application installed (`metrics-exporter-prometheus`, ...), with the
+//! labels `route` (axum's matched path template, `unknown` outside axum) and `store` (set with
+//! [`Metrics::set_store_label`]), under the same `oncely_<name>_total` names, plus:
+//!
+//! - `oncely_requests_total{route, outcome, store}`: one per claim attempt, `outcome` one of
+//!   `claimed`, `replayed`, `in_flight`, `mismatch`, `needs_attention`, `store_error`;
+//! - `oncely_claim_duration_seconds{route, outcome, store}`: a histogram of the claim's
+//!   latency (the store's claim call, seconds);
+//! - `oncely_store_operation_duration_seconds{store, outcome}`: a histogram of every store
+//!   call the layer makes (claim, reads, renewals, releases; `outcome` `ok` or `error`).
+//!
 //! ```
 //! use oncely_core::MemoryStore;
 //! use oncely_tower::IdempotencyLayer;
@@ -22,6 +34,8 @@ macro_rules! counters {
         #[derive(Debug, Default)]
         pub struct Metrics {
             $( $name: AtomicU64, )*
+            /// The `store` label of the facade's series (see [`Metrics::set_store_label`]).
+            store: std::sync::OnceLock<&'static str>,
         }
 
         /// A point-in-time copy of [`Metrics`].
@@ -65,6 +79,14 @@ macro_rules! counters {
                     $( Counter::$name => &self.$name, )*
                 };
                 a.fetch_add(1, Ordering::Relaxed);
+                #[cfg(feature = "metrics")]
+                {
+                    let name = match c {
+                        $( Counter::$name => concat!("oncely_", stringify!($name), "_total"), )*
+                    };
+                    metrics::counter!(name, "route" => facade::route(), "store" => self.store_label())
+                        .increment(1);
+                }
             }
         }
     };
@@ -100,6 +122,60 @@ counters! {
     /// Requests answered `idempotency_request_needs_attention` (their key's record was marked
     /// for a person by the completer, which gave up on it).
     needs_attention => "Requests answered idempotency_request_needs_attention (a record the completer gave up on).",
+}
+
+impl Metrics {
+    /// Names the store in the `store` label of the `metrics` facade's series (`sqlite`,
+    /// `postgres`, `redis`, ...; `unknown` until set). The first call wins: one layer has one
+    /// store. Without the `metrics` feature the label is kept but not used.
+    pub fn set_store_label(&self, store: &'static str) {
+        let _ = self.store.set(store);
+    }
+
+    /// The `store` label: what [`Metrics::set_store_label`] set, else `unknown`.
+    pub fn store_label(&self) -> &'static str {
+        self.store.get().copied().unwrap_or("unknown")
+    }
+}
+
+/// The facade's side: the request's route (a task-local scoped to the request's future, so
+/// every counter bumped while it runs carries it) and the histograms.
+#[cfg(feature = "metrics")]
+pub(crate) mod facade {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    tokio::task_local! {
+        static ROUTE: Arc<str>;
+    }
+
+    /// The route of the request being handled, `unknown` outside one (a claimed request whose
+    /// caller dropped it finishes on a task of its own, without the label).
+    pub(crate) fn route() -> String {
+        ROUTE
+            .try_with(|r| r.to_string())
+            .unwrap_or_else(|_| "unknown".to_owned())
+    }
+
+    /// Runs `fut` with `route` as the route label.
+    pub(crate) fn scoped<F: Future>(route: Arc<str>, fut: F) -> impl Future<Output = F::Output> {
+        ROUTE.scope(route, fut)
+    }
+
+    /// One claim attempt: `oncely_requests_total` and `oncely_claim_duration_seconds`.
+    pub(crate) fn claim(store: &'static str, outcome: &'static str, took: Duration) {
+        let route = route();
+        metrics::counter!("oncely_requests_total", "route" => route.clone(), "outcome" => outcome, "store" => store)
+            .increment(1);
+        metrics::histogram!("oncely_claim_duration_seconds", "route" => route, "outcome" => outcome, "store" => store)
+            .record(took.as_secs_f64());
+    }
+
+    /// One store call: `oncely_store_operation_duration_seconds`.
+    pub(crate) fn store_call(store: &'static str, ok: bool, took: Duration) {
+        metrics::histogram!("oncely_store_operation_duration_seconds", "store" => store, "outcome" => if ok { "ok" } else { "error" })
+            .record(took.as_secs_f64());
+    }
 }
 
 #[cfg(test)]

@@ -134,7 +134,12 @@ where
         // leave a clone in its place (the usual tower idiom).
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(Box::pin(handle(Arc::clone(&self.config), inner, req)))
+        #[cfg(feature = "metrics")]
+        let route = route_label(&req);
+        let fut = handle(Arc::clone(&self.config), inner, req);
+        #[cfg(feature = "metrics")]
+        let fut = crate::metrics::facade::scoped(route, fut);
+        ResponseFuture::new(Box::pin(fut))
     }
 }
 
@@ -176,6 +181,18 @@ where
 
 fn full_body(bytes: Bytes) -> Body {
     Body::new(Full::new(bytes).map_err(|never| match never {}))
+}
+
+/// The `route` label: axum's matched path template (`/v1/payments/{id}`), never the raw path
+/// (one series per id would have no bound); `unknown` without one.
+#[cfg(feature = "metrics")]
+fn route_label<B>(req: &Request<B>) -> Arc<str> {
+    #[cfg(feature = "axum")]
+    if let Some(p) = req.extensions().get::<axum::extract::MatchedPath>() {
+        return Arc::from(p.as_str());
+    }
+    let _ = req;
+    Arc::from("unknown")
 }
 
 /// The URI as the client sent it: under axum, a nested router's request still carries its
@@ -351,7 +368,23 @@ where
         retention: policy.retention,
         request: Some(stored_request),
     };
-    let outcome = match timed(&config, config.claimer.claim(claim, &mut parts.extensions)).await {
+    #[cfg(feature = "metrics")]
+    let started = std::time::Instant::now();
+    let outcome = timed(&config, config.claimer.claim(claim, &mut parts.extensions)).await;
+    #[cfg(feature = "metrics")]
+    crate::metrics::facade::claim(
+        config.metrics.store_label(),
+        match &outcome {
+            Ok((ClaimOutcome::Claimed(_), _)) => "claimed",
+            Ok((ClaimOutcome::Replay { .. }, _)) => "replayed",
+            Ok((ClaimOutcome::InFlight { .. }, _)) => "in_flight",
+            Ok((ClaimOutcome::Mismatch, _)) => "mismatch",
+            Ok((ClaimOutcome::NeedsAttention { .. }, _)) => "needs_attention",
+            Err(_) => "store_error",
+        },
+        started.elapsed(),
+    );
+    let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
             tracing::warn!(scope = %id.scope, key = %id.key, error = %e, "idempotency claim failed; failing closed with 503");
@@ -508,10 +541,18 @@ async fn timed<T>(
     config: &Config,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
+    #[cfg(feature = "metrics")]
+    let started = std::time::Instant::now();
     let result = match tokio::time::timeout(config.store_timeout, call).await {
         Ok(r) => r,
         Err(elapsed) => Err(StoreError::unavailable(elapsed)),
     };
+    #[cfg(feature = "metrics")]
+    crate::metrics::facade::store_call(
+        config.metrics.store_label(),
+        result.is_ok(),
+        started.elapsed(),
+    );
     if let Err(e) = &result
         && !matches!(e, StoreError::Fenced)
     {

@@ -68,11 +68,13 @@ const SELECT_ORDER_BY_ID: &str =
     "SELECT id, items, created_at FROM oncely_orders WHERE scope = $1 AND id = $2";
 
 /// A payment as the API shows it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct Payment {
     pub id: String,
+    /// Minor units (cents).
     pub amount: i64,
     pub currency: String,
+    #[schema(schema_with = payment_status)]
     pub status: String,
     pub charge_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -81,15 +83,33 @@ pub struct Payment {
     pub source: String,
     #[serde(skip)]
     pub receipt_id: Option<String>,
+    /// Epoch milliseconds.
     pub created_at: i64,
 }
 
+/// `pending`, `succeeded` or `declined`.
+fn payment_status() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(["pending", "succeeded", "declined"]))
+        .build()
+}
+
 /// An order as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Order {
     pub id: String,
+    #[schema(value_type = Vec<Object>)]
     pub items: serde_json::Value,
+    /// Epoch milliseconds.
     pub created_at: i64,
+}
+
+/// A list of `T`: `{"data": [...]}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Page<T> {
+    /// The items, oldest first.
+    pub data: Vec<T>,
 }
 
 /// A new payment's fields.

@@ -20,11 +20,29 @@ use std::time::Duration;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `GET /healthz`.
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", security(()),
+    summary = "Liveness: the process serves HTTP (200 even while the key store is down).",
+    responses((status = 200, description = "Alive.", content_type = "text/plain", body = String)))]
 pub async fn healthz() -> &'static str {
     "ok"
 }
 
+/// What `/readyz` answers when ready (its schema).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct Readiness {
+    #[schema(pattern = "^ready$")]
+    status: String,
+    store: String,
+}
+
 /// `GET /readyz`: one read of a key nobody uses, bounded by [`PROBE_TIMEOUT`].
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", security(()),
+    summary = "Readiness: the key store answers (route traffic here only then).",
+    responses(
+        (status = 200, description = "Ready.", body = Readiness),
+        (status = 503, description = "`not_ready`: the key store does not answer yet.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+    ))]
 pub async fn readyz(State(app): State<App>) -> Response {
     let probe = match IdempotencyKey::new("readiness-probe") {
         Ok(k) => RecordKey::new(Scope::new("oncely-readiness-probe"), k),

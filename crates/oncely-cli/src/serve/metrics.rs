@@ -1,34 +1,72 @@
-//! `GET /metrics`: the layer's counters and this server's, as Prometheus text (exposition
-//! format 0.0.4), written by hand for now.
+//! `GET /metrics`: everything sent through the `metrics` facade (the layer's
+//! counters and histograms with `route`, `outcome` and `store` labels, the client SDK's, this
+//! server's own), rendered by `metrics-exporter-prometheus` in the Prometheus text format
+//! (version 0.0.4).
+//!
+//! | series | type | labels |
+//! |---|---|---|
+//! | `oncely_<counter>_total` (`claims`, `replays`, `in_flight_conflicts`, `mismatches`, `lease_takeovers`, `fencing_rejections`, `store_errors`, `released`, `not_retained`, `key_missing`, `key_invalid`, `body_not_canonicalizable`) | counter | `route`, `store` |
+//! | `oncely_requests_total` | counter | `route`, `outcome` (`claimed`, `replayed`, `in_flight`, `mismatch`, `store_error`), `store` |
+//! | `oncely_claim_duration_seconds` | histogram | `route`, `outcome`, `store` |
+//! | `oncely_store_operation_duration_seconds` | histogram | `store`, `outcome` (`ok`, `error`) |
+//! | `oncely_payments_created_total`, `oncely_reaped_total`, `oncely_orphaned_total` | counter | — |
+//! | `oncely_payments` | gauge | — |
+//!
+//! The recorder is the process's one global recorder, installed by the first server built.
 
 use super::App;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+
+/// The histograms' buckets, in seconds: 0.5 milliseconds to 10 seconds.
+const BUCKETS_SECONDS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the Prometheus recorder as the global `metrics` recorder, once per process. If
+/// another recorder was installed first (an embedding application's), `/metrics` shows only
+/// this server's own counters and a comment saying so.
+pub fn install() {
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &BUCKETS_SECONDS)
+            .ok()?;
+        match builder.install_recorder() {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                tracing::warn!(error = %e, "another metrics recorder is installed; /metrics shows only the server's own counters");
+                None
+            }
+        }
+    });
+}
 
 /// `GET /metrics`.
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", security(()),
+    responses((status = 200, description = "Prometheus text format.", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(app): State<App>) -> Response {
-    let mut text = app.metrics().render_prometheus();
     let counts = app.counts();
-    text.push_str(
-        "# HELP oncely_payments_created_total Payments this process created (first executions).\n\
-         # TYPE oncely_payments_created_total counter\n",
+    ::metrics::describe_counter!(
+        "oncely_payments_created_total",
+        "Payments this process created (first executions)."
     );
-    text.push_str(&format!(
-        "oncely_payments_created_total {}\n",
-        counts.payments_created
-    ));
+    ::metrics::counter!("oncely_payments_created_total").absolute(counts.payments_created);
+    ::metrics::describe_counter!(
+        "oncely_reaped_total",
+        "Records past retention the in-process reaper deleted."
+    );
+    ::metrics::counter!("oncely_reaped_total").absolute(counts.reaped);
+    ::metrics::describe_counter!(
+        "oncely_orphaned_total",
+        "Of those, records still in flight (abandoned, never finished)."
+    );
+    ::metrics::counter!("oncely_orphaned_total").absolute(counts.orphaned);
     for (name, help, value) in [
-        (
-            "oncely_reaped_total",
-            "Records past retention the in-process reaper deleted.",
-            counts.reaped,
-        ),
-        (
-            "oncely_orphaned_total",
-            "Of those, records still in flight (abandoned, never finished).",
-            counts.orphaned,
-        ),
         (
             "oncely_completer_redrives_total",
             "Abandoned requests the in-process completer re-drove (each attempt counted).",
@@ -45,22 +83,24 @@ pub async fn metrics(State(app): State<App>) -> Response {
             counts.completer.marked,
         ),
     ] {
-        text.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-            value
-        ));
+        ::metrics::describe_counter!(name, help);
+        ::metrics::counter!(name).absolute(value);
     }
-    text.push_str(&format!(
-        "# HELP oncely_records_marked Records marked for a person (the completer gave up on them), as of the last in-process reaper pass; each is logged on every pass.\n\
-         # TYPE oncely_records_marked gauge\n\
-         oncely_records_marked {}\n",
-        counts.marked
-    ));
+    ::metrics::describe_gauge!(
+        "oncely_records_marked",
+        "Records marked for a person (the completer gave up on them), as of the last in-process reaper pass; each is logged on every pass."
+    );
+    ::metrics::gauge!("oncely_records_marked").set(counts.marked as f64);
     if let Ok(n) = app.db().payment_count().await {
-        text.push_str(
-            "# HELP oncely_payments Payments in the database.\n# TYPE oncely_payments gauge\n",
-        );
-        text.push_str(&format!("oncely_payments {n}\n"));
+        ::metrics::describe_gauge!("oncely_payments", "Payments in the database.");
+        ::metrics::gauge!("oncely_payments").set(n as f64);
     }
+    let text = match HANDLE.get().and_then(Option::as_ref) {
+        Some(handle) => handle.render(),
+        None => format!(
+            "# another metrics recorder is installed in this process\n{}",
+            app.metrics().render_prometheus()
+        ),
+    };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -17,6 +17,7 @@
 //! | [`problems`] | the problem+json answers, `404`/`405` for what is not a route |
 //! | [`metrics`], [`health`], [`openapi`] | `/metrics`, `/healthz` and `/readyz`, `/openapi.json` |
 //! | [`should_retry`] | `x-should-retry` on every problem |
+//! | [`trace`] | request ids (`x-request-id`) and the trace layer (tower-http) |
 //! | [`server`] | the HTTP loop: limits, graceful shutdown |
 
 pub mod app;
@@ -32,6 +33,7 @@ pub mod routes;
 pub mod server;
 pub mod should_retry;
 pub mod store;
+pub mod trace;
 
 pub use app::App;
 pub use store::{StoreUrl, open_store};
@@ -71,6 +73,8 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
         .context("invalid idempotency policy")?;
     let opened = store::open(&cfg.store, cfg.business_path.as_deref()).await?;
     let layer = router::layer_for(&opened.backend, cfg.policy.clone());
+    layer.metrics().set_store_label(cfg.store.kind());
+    metrics::install();
     let app = App::new(
         &opened,
         &cfg.processor_url,

@@ -1,203 +1,214 @@
-//! The reference API's OpenAPI 3.1 document, served at `GET /openapi.json`.
+//! The reference API's OpenAPI 3.1 document, served at `GET /openapi.json`, generated from the
+//! code: each handler's `#[utoipa::path]` (next to it), the request and response types'
+//! `ToSchema`, then two modifiers run over it:
+//!
+//! 1. [`IdempotencyDoc`] from the live [`Policy`]: the `Idempotency-Key` header on every write
+//!    and every answer the idempotency layer gives (its statuses follow the status profile,
+//!    the replay window, the size limit, the in-flight mode: `409` or `202`), so `oncely lint`
+//!    passes on this document by construction;
+//! 2. [`ServerDoc`]: the bearer scheme, and on every problem response the headers this server
+//!    adds to each problem (`x-should-retry`; `Retry-After` on a `503`).
 
-use serde_json::{Value, json};
+use super::App;
+use super::routes::{keys, orders, payments, reads};
+use super::{health, metrics};
+use axum::Json;
+use axum::extract::State;
+use oncely_core::Policy;
+use oncely_core::problem::PROBLEM_JSON;
+use oncely_tower::openapi::{self, IdempotencyDoc};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
 
-fn problem(description: &str) -> Value {
-    json!({
-        "description": description,
-        "headers": {"x-should-retry": {"$ref": "#/components/headers/ShouldRetry"}},
-        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
-    })
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Oncely reference payments API",
+        description = "A reference API built with Oncely. Every POST requires an Idempotency-Key \
+            (1-255 visible ASCII characters, unique per logical operation; an event-derived key such as \
+            `order-confirm-{order_id}` is best). A retry with the same key and the same request replays \
+            the stored response with `Idempotent-Replayed: true` within the replay window (see the \
+            header's description). Authentication is a stand-in: `Authorization: Bearer <account>`; \
+            the account is the idempotency scope."
+    ),
+    paths(
+        payments::create_payment,
+        reads::list_payments,
+        reads::get_payment,
+        orders::create_order,
+        reads::list_orders,
+        reads::get_order,
+        keys::key_state,
+        metrics::metrics,
+        health::healthz,
+        health::readyz,
+        serve_document,
+    ),
+    security(("bearer" = []))
+)]
+struct ApiDoc;
+
+/// The document for a server whose layer runs with `policy`.
+pub fn document(policy: &Policy) -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    IdempotencyDoc::new(policy).modify(&mut doc);
+    ServerDoc.modify(&mut doc);
+    doc
 }
 
-/// A retryable problem: also `Retry-After`.
-fn retryable(description: &str) -> Value {
-    let mut p = problem(description);
-    p["headers"]["Retry-After"] = json!({"$ref": "#/components/headers/RetryAfter"});
-    p
+/// `GET /openapi.json`: this document.
+#[utoipa::path(get, path = "/openapi.json", operation_id = "openapi", security(()),
+    responses((status = 200, description = "This document.", body = Object)))]
+pub async fn serve_document(State(app): State<App>) -> Json<utoipa::openapi::OpenApi> {
+    Json(document(app.policy()))
 }
 
-fn write_responses(created: &str, schema: &str, extra: &[(&str, &str)]) -> Value {
-    let mut r = json!({
-        "201": {
-            "description": created,
-            "headers": {
-                "Location": {"schema": {"type": "string"}},
-                "Idempotent-Replayed": {"description": "`true` on a replay of a stored response.", "schema": {"type": "string", "enum": ["true"]}}
-            },
-            "content": {"application/json": {"schema": {"$ref": schema}}}
-        },
-        "202": {
-            "description": "Only with `--in-flight-accepted`: another request with this key is running; poll `Location` (the key's state) or retry after `Retry-After`.",
-            "headers": {
-                "Location": {"schema": {"type": "string"}},
-                "Retry-After": {"$ref": "#/components/headers/RetryAfter"}
-            },
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InFlight"}}}
-        },
-        "400": problem("`idempotency_key_missing`, `idempotency_key_invalid`, `idempotency_body_not_canonicalizable` (a JSON body that is not I-JSON: a repeated member name, a lone surrogate, an inexact number), `invalid_json` or `idempotency_request_body_unreadable`: nothing was executed."),
-        "401": problem("`unauthenticated`: send `Authorization: Bearer <account>`."),
-        "409": retryable("`idempotency_request_in_flight` (retryable; see `Retry-After`), `idempotency_response_not_retained` (not retryable) or `idempotency_request_needs_attention` (not retryable: the request was abandoned part-way and the completer gave up on it; it is marked for a person and never runs again, so do not retry it, not even with a new key)."),
-        "413": problem("`idempotency_request_too_large`."),
-        "415": problem("`unsupported_media_type`: send `Content-Type: application/json` (uncompressed)."),
-        "422": problem("`idempotency_key_mismatch` (the key was used with another request; never retry), `validation_failed` (nothing executed; correct and retry with the same key) or `database_refused` (the database refused a value for good; nothing was committed)."),
-        "503": retryable("`idempotency_store_unavailable`, `upstream_unavailable`, `database_unavailable`, `server_shutting_down` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.")
-    });
-    for (status, description) in extra {
-        r[*status] = problem(description);
-    }
-    r
-}
+/// The server's part of the document (see the [module docs](self)).
+#[derive(Debug, Clone, Copy)]
+pub struct ServerDoc;
 
-fn read_responses(schema: Value) -> Value {
-    json!({
-        "200": {"description": "OK", "content": {"application/json": {"schema": schema}}},
-        "401": problem("`unauthenticated`."),
-        "404": problem("`not_found`."),
-        "503": retryable("`unavailable`: the database could not answer; retry later.")
-    })
-}
-
-/// The document.
-pub fn document() -> Value {
-    json!({
-        "openapi": "3.1.0",
-        "info": {
-            "title": "Oncely reference payments API",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "A reference API built with Oncely. Every POST requires an Idempotency-Key (1-255 visible ASCII characters, unique per logical operation; an event-derived key such as `order-confirm-{order_id}` is best). A retry with the same key and the same request replays the stored response with `Idempotent-Replayed: true` for 24 hours. Authentication is a stand-in: `Authorization: Bearer <account>`; the account is the idempotency scope."
-        },
-        "security": [{"bearer": []}],
-        "paths": {
-            "/v1/payments": {
-                "post": {
-                    "operationId": "createPayment",
-                    "summary": "Create a payment: record it, charge the card, send a receipt.",
-                    "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
-                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PaymentRequest"}}}},
-                    "responses": write_responses("The payment.", "#/components/schemas/Payment", &[("402", "`card_declined`: stored and replayed like a success.")])
-                },
-                "get": {
-                    "operationId": "listPayments",
-                    "summary": "The caller's payments.",
-                    "responses": read_responses(json!({"type": "object", "properties": {"data": {"type": "array", "items": {"$ref": "#/components/schemas/Payment"}}}}))
-                }
-            },
-            "/v1/payments/{id}": {
-                "get": {
-                    "operationId": "getPayment",
-                    "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
-                    "responses": read_responses(json!({"$ref": "#/components/schemas/Payment"}))
-                }
-            },
-            "/v1/orders": {
-                "post": {
-                    "operationId": "createOrder",
-                    "summary": "Create an order (one transactional phase).",
-                    "parameters": [{"$ref": "#/components/parameters/IdempotencyKey"}],
-                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OrderRequest"}}}},
-                    "responses": write_responses("The order.", "#/components/schemas/Order", &[])
-                },
-                "get": {
-                    "operationId": "listOrders",
-                    "responses": read_responses(json!({"type": "object", "properties": {"data": {"type": "array", "items": {"$ref": "#/components/schemas/Order"}}}}))
-                }
-            },
-            "/v1/orders/{id}": {
-                "get": {
-                    "operationId": "getOrder",
-                    "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
-                    "responses": read_responses(json!({"$ref": "#/components/schemas/Order"}))
-                }
-            },
-            "/v1/idempotency-keys/{key}": {
-                "get": {
-                    "operationId": "getIdempotencyKey",
-                    "summary": "The state of one of the caller's keys: absent, in_flight (suspended, or marked for a person) or complete, and until when it replays.",
-                    "parameters": [{"name": "key", "in": "path", "required": true, "description": "The key as sent in `Idempotency-Key` (unquoted), percent-encoded as one path segment.", "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"}}],
-                    "responses": {
-                        "200": {"description": "The key's state.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/KeyState"}}}},
-                        "400": problem("`idempotency_key_invalid`: the key in the path is not 1 to 255 visible ASCII characters."),
-                        "401": problem("`unauthenticated`."),
-                        "503": retryable("`unavailable`: the key store could not answer; retry later.")
+impl Modify for ServerDoc {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        doc.components
+            .get_or_insert_with(Default::default)
+            .security_schemes
+            .insert(
+                "bearer".to_owned(),
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(
+                            "The bearer token is the account id (a stand-in for real authentication).",
+                        ))
+                        .build(),
+                ),
+            );
+        for item in doc.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                for (status, response) in &mut op.responses.responses {
+                    let RefOr::T(r) = response else { continue };
+                    if !r.content.contains_key(PROBLEM_JSON) {
+                        continue;
                     }
-                }
-            },
-            "/metrics": {"get": {"operationId": "metrics", "security": [], "responses": {"200": {"description": "Prometheus text format.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-            "/healthz": {"get": {"operationId": "healthz", "security": [], "summary": "Liveness: the process serves HTTP (200 even while the key store is down).", "responses": {"200": {"description": "Alive.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-            "/readyz": {"get": {"operationId": "readyz", "security": [], "summary": "Readiness: the key store answers (route traffic here only then).", "responses": {
-                "200": {"description": "Ready.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}}},
-                "503": retryable("`not_ready`: the key store does not answer yet.")
-            }}},
-            "/openapi.json": {"get": {"operationId": "openapi", "security": [], "responses": {"200": {"description": "This document.", "content": {"application/json": {"schema": {"type": "object"}}}}}}}
-        },
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "The bearer token is the account id (a stand-in for real authentication)."}},
-            "headers": {
-                "ShouldRetry": {"description": "`true` when the problem is retryable, `false` otherwise (the convention generated SDKs honour).", "schema": {"type": "string", "enum": ["true", "false"]}},
-                "RetryAfter": {"description": "Seconds to wait before retrying the same request.", "schema": {"type": "integer", "minimum": 1}}
-            },
-            "parameters": {
-                "IdempotencyKey": {
-                    "name": "Idempotency-Key", "in": "header", "required": true,
-                    "description": "1-255 visible ASCII characters; the quoted structured-field form (\"abc\") is accepted. Reuse it on every retry of one logical operation; never reuse it for another.",
-                    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"}
-                }
-            },
-            "schemas": {
-                "Problem": {
-                    "type": "object", "description": "RFC 9457 problem details.",
-                    "required": ["type", "title", "status", "code", "retryable"],
-                    "properties": {
-                        "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
-                        "detail": {"type": "string"}, "code": {"type": "string"}, "retryable": {"type": "boolean"}
-                    }
-                },
-                "PaymentRequest": {
-                    "type": "object", "additionalProperties": false, "required": ["amount", "currency", "source"],
-                    "properties": {
-                        "amount": {"type": "integer", "minimum": 1, "maximum": 99_999_999_999_i64, "description": "Minor units (cents)."},
-                        "currency": {"type": "string", "pattern": "^[A-Za-z]{3}$"},
-                        "source": {"type": "string", "minLength": 1, "maxLength": 255, "description": "A card token; `tok_decline` is declined."},
-                        "description": {"type": ["string", "null"], "maxLength": 1000}
-                    }
-                },
-                "Payment": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string"}, "amount": {"type": "integer"}, "currency": {"type": "string"},
-                        "status": {"type": "string", "enum": ["pending", "succeeded", "declined"]},
-                        "charge_id": {"type": ["string", "null"]}, "description": {"type": "string"},
-                        "created_at": {"type": "integer", "description": "Epoch milliseconds."}
-                    }
-                },
-                "OrderRequest": {
-                    "type": "object", "additionalProperties": false, "required": ["items"],
-                    "properties": {"items": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
-                        "type": "object", "additionalProperties": false, "required": ["sku", "quantity"],
-                        "properties": {"sku": {"type": "string", "minLength": 1, "maxLength": 64}, "quantity": {"type": "integer", "minimum": 1, "maximum": 10000}}
-                    }}}
-                },
-                "Order": {"type": "object", "properties": {"id": {"type": "string"}, "items": {"type": "array"}, "created_at": {"type": "integer"}}},
-                "InFlight": {
-                    "type": "object", "required": ["key", "state", "status_url"],
-                    "properties": {"key": {"type": "string"}, "state": {"type": "string", "enum": ["in_flight"]}, "code": {"type": "string"}, "status_url": {"type": "string"}, "detail": {"type": "string"}}
-                },
-                "Readiness": {"type": "object", "properties": {"status": {"type": "string", "enum": ["ready"]}, "store": {"type": "string"}}},
-                "KeyState": {
-                    "type": "object",
-                    "properties": {
-                        "suspended": {"type": "boolean", "description": "In flight but nobody is working on it (stopped at its recovery point, or its owner died): a retry with the same request resumes it at once."},
-                        "needs_attention": {"type": "boolean", "description": "In flight and marked for a person: the completer gave up on it after its re-drive attempts; it never runs again, and a retry is answered `409 idempotency_request_needs_attention`."},
-                        "marked_at": {"type": "integer", "description": "When the completer marked it (epoch milliseconds)."},
-                        "redrive_attempts": {"type": "integer", "description": "How many times the completer re-drove the in-flight request."},
-                        "note": {"type": "string"},
-                        "key": {"type": "string"}, "state": {"type": "string", "enum": ["absent", "in_flight", "complete"]},
-                        "status": {"type": "integer"}, "completed_at": {"type": "integer"}, "replays_until": {"type": "integer", "description": "Epoch milliseconds."},
-                        "lease_expires_at": {"type": "integer"}, "recovery_point": {"type": ["string", "null"]}
+                    r.headers
+                        .entry(oncely_core::X_SHOULD_RETRY.to_owned())
+                        .or_insert_with(openapi::should_retry_header);
+                    if status == "503" {
+                        r.headers
+                            .entry("Retry-After".to_owned())
+                            .or_insert_with(openapi::retry_after_header);
                     }
                 }
             }
         }
-    })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncely_core::{InFlightBehavior, StatusProfile};
+    use std::time::Duration;
+
+    fn lint(doc: &utoipa::openapi::OpenApi) -> oncely_audit::lint::LintReport {
+        oncely_audit::lint::lint(&serde_json::to_string(doc).unwrap()).unwrap()
+    }
+
+    /// `oncely lint` passes on the document whatever the policy, and the live policy shows in
+    /// it.
+    #[test]
+    fn the_document_lints_clean_and_follows_the_policy() {
+        let policies = [
+            Policy::default(),
+            Policy {
+                profile: StatusProfile::Stripe,
+                replay_window: Duration::from_secs(3600),
+                retention: Duration::from_secs(3600),
+                ..Policy::default()
+            },
+            Policy {
+                profile: StatusProfile::Resend,
+                in_flight: InFlightBehavior::Accepted {
+                    status_url: "/v1/idempotency-keys/{key}",
+                },
+                ..Policy::default()
+            },
+        ];
+        for policy in &policies {
+            let doc = document(policy);
+            let report = lint(&doc);
+            assert!(report.passed(), "{}", report.render_text());
+            assert_eq!(report.to_json()["operations_checked"], 2);
+        }
+        let v = |p: &Policy| serde_json::to_value(document(p)).unwrap();
+        let ietf = v(&policies[0]);
+        let post = &ietf["paths"]["/v1/payments"]["post"];
+        assert!(
+            post["parameters"][0]["description"]
+                .as_str()
+                .unwrap()
+                .contains("for 24 hours")
+        );
+        // The route's own 422 (validation_failed) and the layer's mismatch share the status.
+        let unprocessable = post["responses"]["422"]["description"].as_str().unwrap();
+        assert!(
+            unprocessable.contains("validation_failed"),
+            "{unprocessable}"
+        );
+        assert!(
+            unprocessable.contains("idempotency_key_mismatch"),
+            "{unprocessable}"
+        );
+        assert!(post["responses"].get("202").is_none());
+        assert!(
+            post["responses"]["415"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("unsupported_media_type")
+        );
+        for status in ["400", "401", "402", "409", "413", "415", "422", "503"] {
+            assert!(
+                post["responses"][status]["headers"]["x-should-retry"].is_object(),
+                "{status}"
+            );
+        }
+        assert!(post["responses"]["503"]["headers"]["Retry-After"].is_object());
+
+        let stripe = v(&policies[1]);
+        let post = &stripe["paths"]["/v1/payments"]["post"];
+        assert!(
+            post["parameters"][0]["description"]
+                .as_str()
+                .unwrap()
+                .contains("for 1 hour")
+        );
+        let bad = post["responses"]["400"]["description"].as_str().unwrap();
+        assert!(bad.contains("idempotency_key_mismatch"), "{bad}");
+        assert!(
+            !post["responses"]["422"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("idempotency_key_mismatch")
+        );
+
+        let resend = v(&policies[2]);
+        let post = &resend["paths"]["/v1/orders"]["post"];
+        assert!(post["responses"]["202"]["headers"]["Location"].is_object());
+        assert!(
+            post["responses"]["409"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("idempotency_key_mismatch")
+        );
+    }
 }

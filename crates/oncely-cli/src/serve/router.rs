@@ -2,20 +2,21 @@
 //! idempotency layer over the write routes (or, for the benchmark baseline, plain
 //! transactions with no claim).
 //!
-//! A request flows one way: `should_retry` (outermost) -> `auth` -> the layer
+//! A request flows one way: the request id and its trace span (outermost, [`trace`]) ->
+//! `should_retry` -> `auth` -> the layer
 //! (prepare, claim) -> the route's handler with its transaction -> commit with the stored
 //! response -> back out.
 
 use super::db::BusinessDb;
 use super::routes::{keys, orders, payments, reads};
 use super::store::Backend;
-use super::{App, auth, grpc, health, metrics, openapi, problems, should_retry};
+use super::{App, auth, grpc, health, metrics, openapi, problems, should_retry, trace};
+use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
 use oncely_core::{IdempotencyKey, Policy, RecordKey, Scope};
 use oncely_tower::IdempotencyLayer;
 
@@ -105,7 +106,7 @@ pub fn layer_for(backend: &Backend, policy: Policy) -> IdempotencyLayer {
 /// without idempotency.
 pub fn router(app: App, backend: &Backend, layer: Option<IdempotencyLayer>) -> Router {
     let writes = writes(backend, layer);
-    Router::new()
+    let router = Router::new()
         .merge(writes)
         .route("/v1/payments", get(reads::list_payments))
         .route("/v1/payments/{id}", get(reads::get_payment))
@@ -114,12 +115,12 @@ pub fn router(app: App, backend: &Backend, layer: Option<IdempotencyLayer>) -> R
         .route("/v1/idempotency-keys/{key}", get(keys::key_state))
         .route(grpc::GET_PAYMENT, post(grpc::get_payment))
         .route("/metrics", get(metrics::metrics))
-        .route("/openapi.json", get(|| async { Json(openapi::document()) }))
+        .route("/openapi.json", get(openapi::serve_document))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(problems::no_route)
         .method_not_allowed_fallback(problems::no_method)
         .layer(middleware::from_fn(auth::authenticate))
-        .layer(middleware::from_fn(should_retry::mark))
-        .with_state(app)
+        .layer(middleware::from_fn(should_retry::mark));
+    trace::with_request_ids(router.with_state(app))
 }

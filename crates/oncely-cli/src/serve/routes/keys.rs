@@ -10,7 +10,56 @@ use axum::{Extension, Json};
 use oncely_core::{Clock, IdempotencyKey, RecordKey, RecordState, Scope, SystemClock};
 use serde_json::json;
 
+/// The body [`key_state`] answers (its schema; the handler writes the members it has).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct KeyState {
+    key: String,
+    #[schema(schema_with = key_states)]
+    state: String,
+    /// In flight but nobody is working on it (stopped at its recovery point, or its owner
+    /// died): a retry with the same request resumes it at once.
+    suspended: Option<bool>,
+    /// In flight and marked for a person: the completer gave up on it after its re-drive
+    /// attempts; it never runs again, and a retry is answered `409
+    /// idempotency_request_needs_attention`.
+    needs_attention: Option<bool>,
+    /// When it was marked for a person, epoch milliseconds.
+    marked_at: Option<i64>,
+    /// How many times the completer re-drove it.
+    redrive_attempts: Option<u32>,
+    note: Option<String>,
+    /// The stored response's status.
+    status: Option<u16>,
+    /// Epoch milliseconds.
+    completed_at: Option<i64>,
+    /// Epoch milliseconds.
+    replays_until: Option<i64>,
+    /// Epoch milliseconds.
+    lease_expires_at: Option<i64>,
+    #[schema(value_type = Option<Object>)]
+    recovery_point: Option<serde_json::Value>,
+}
+
+/// `absent`, `in_flight` or `complete`.
+fn key_states() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .enum_values(Some(["absent", "in_flight", "complete"]))
+        .build()
+}
+
 /// `GET /v1/idempotency-keys/{key}`: the state of the caller's key.
+#[utoipa::path(get, path = "/v1/idempotency-keys/{key}", operation_id = "getIdempotencyKey",
+    summary = "The state of one of the caller's keys: absent, in_flight (suspended, or marked for a person) or complete, and until when it replays.",
+    params(("key" = String, Path, min_length = 1, max_length = 255, pattern = "^[!-~]{1,255}$",
+        description = "The key as sent in `Idempotency-Key` (unquoted), percent-encoded as one path segment.")),
+    responses(
+        (status = 200, description = "The key's state.", body = KeyState),
+        (status = 400, description = "`idempotency_key_invalid`: the key in the path is not 1 to 255 visible ASCII characters.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 401, description = "`unauthenticated`.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 503, description = "`unavailable`: the key store could not answer; retry later.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+    ))]
 pub async fn key_state(
     State(app): State<App>,
     Extension(scope): Extension<Scope>,

@@ -26,13 +26,38 @@ pub enum OrderStep {
     },
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/orders` (read loosely: every invalid item is reported in one `422`).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct OrderRequest {
+    #[schema(value_type = Vec<OrderItem>, min_items = 1, max_items = 100)]
     items: Vec<Value>,
 }
 
+/// One item of an order (the schema of an element of [`OrderRequest::items`]).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct OrderItem {
+    #[schema(min_length = 1, max_length = 64)]
+    sku: String,
+    #[schema(minimum = 1, maximum = 10000)]
+    quantity: i64,
+}
+
 /// `POST /v1/orders`: one phase, one commit (the claim, the order and the stored response).
+#[utoipa::path(post, path = "/v1/orders", operation_id = "createOrder",
+    summary = "Create an order (one transactional phase).",
+    request_body = OrderRequest,
+    responses(
+        (status = 201, description = "The order.", body = crate::serve::db::Order,
+            headers(("Location" = String, description = "The order's URL."))),
+        (status = 400, description = "`invalid_json`: the body is not a JSON object with the documented fields; nothing was executed.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 401, description = "`unauthenticated`: send `Authorization: Bearer <account>`.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 415, description = "`unsupported_media_type`: send `Content-Type: application/json` (uncompressed).", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 422, description = "`validation_failed` (nothing executed; correct and retry with the same key) or `database_refused`.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 503, description = "`database_unavailable` or `unavailable`: nothing was committed; retry with the same key.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+    ))]
 pub async fn create_order<S>(
     Extension(scope): Extension<Scope>,
     headers: HeaderMap,

@@ -58,6 +58,19 @@ impl PaymentStep {
 }
 
 /// `POST /v1/payments`, for any store the server runs on.
+#[utoipa::path(post, path = "/v1/payments", operation_id = "createPayment",
+    summary = "Create a payment: record it, charge the card, send a receipt.",
+    request_body = PaymentRequest,
+    responses(
+        (status = 201, description = "The payment.", body = Payment,
+            headers(("Location" = String, description = "The payment's URL."))),
+        (status = 400, description = "`invalid_json`: the body is not a JSON object with the documented fields; nothing was executed.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 401, description = "`unauthenticated`: send `Authorization: Bearer <account>`.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 402, description = "`card_declined`: stored and replayed like a success.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 415, description = "`unsupported_media_type`: send `Content-Type: application/json` (uncompressed).", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 422, description = "`validation_failed` (nothing executed; correct and retry with the same key) or `database_refused` (the database refused a value for good; nothing was committed).", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 503, description = "`upstream_unavailable`, `database_unavailable` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+    ))]
 pub async fn create_payment<S>(
     State(app): State<App>,
     Extension(scope): Extension<Scope>,
@@ -277,16 +290,26 @@ fn declined(payment: &Payment) -> Response {
         .into_response()
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/payments`. Read loosely (any JSON value per field) so that every
+/// invalid field is reported at once in one `422` by [`validate_payment`]; the schema says what
+/// is valid.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PaymentRequest {
+    /// Minor units (cents).
     #[serde(default)]
+    #[schema(value_type = i64, required = true, minimum = 1, maximum = 99_999_999_999_i64)]
     amount: Value,
+    /// An ISO 4217 code of three letters.
     #[serde(default)]
+    #[schema(value_type = String, required = true, pattern = "^[A-Za-z]{3}$")]
     currency: Value,
+    /// A card token; `tok_decline` is declined.
     #[serde(default)]
+    #[schema(value_type = String, required = true, min_length = 1, max_length = 255)]
     source: Value,
     #[serde(default)]
+    #[schema(value_type = Option<String>, max_length = 1000)]
     description: Option<Value>,
 }
 

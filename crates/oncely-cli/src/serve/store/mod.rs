@@ -33,6 +33,19 @@ pub enum StoreUrl {
     Redis(String),
 }
 
+impl StoreUrl {
+    /// The store's kind, as the `store` label of the metrics: `memory`, `sqlite`, `postgres`
+    /// or `redis`.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite(_) => "sqlite",
+            Self::Postgres(_) => "postgres",
+            Self::Redis(_) => "redis",
+        }
+    }
+}
+
 impl FromStr for StoreUrl {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
