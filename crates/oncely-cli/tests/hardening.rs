@@ -690,9 +690,17 @@ async fn metric(url: &str, name: &str) -> Option<u64> {
         .text()
         .await
         .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
+    // The series summed over its label sets (the exporter labels the layer's counters by
+    // route and store); `None` when the series is not there at all.
+    let values: Vec<u64> = text
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.trim().parse().ok()))
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
 }
 
 /// Issue 14 item 1, at the level a user meets it: a payment whose card processor stays down is
