@@ -146,7 +146,8 @@ enum Command {
         #[arg(long)]
         business_db: Option<String>,
         /// TESTING ONLY: kill the process (SIGKILL) right after this recovery point commits
-        /// (payment_recorded, charge_created, receipt_sent, response_stored).
+        /// (payment_recorded, charge_created, receipt_sent, response_stored; webhook_applied:
+        /// after a webhook event's transaction committed, before its answer is sent).
         #[arg(long)]
         crash_after: Option<String>,
         /// The in-process completer finishes requests whose lease lapsed at least this many
@@ -167,6 +168,12 @@ enum Command {
         /// `off` serves the same endpoints without the idempotency layer (benchmark baseline).
         #[arg(long, default_value = "on", value_parser = ["on", "off"])]
         idempotency: String,
+        /// The Standard Webhooks secret (whsec_ and base64) the processor signs its events with;
+        /// POST /webhooks/processor verifies every delivery with it before any claim. The
+        /// default is a well-known test secret (the processor's default too): set your own
+        /// outside tests, on both.
+        #[arg(long, env = "ONCELY_WEBHOOK_SECRET", hide_env_values = true, default_value = processor::webhooks::DEV_WEBHOOK_SECRET)]
+        webhook_secret: String,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -177,7 +184,7 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8081")]
         addr: SocketAddr,
-        /// The Standard Webhooks secret (whsec_<base64>) its charge.succeeded events are signed
+        /// The Standard Webhooks secret (whsec_ and base64) its charge.succeeded events are signed
         /// with; the API server must verify with the same one. The default is a well-known
         /// test secret: set your own outside tests.
         #[arg(long, env = "ONCELY_WEBHOOK_SECRET", hide_env_values = true, default_value = processor::webhooks::DEV_WEBHOOK_SECRET)]
@@ -205,7 +212,7 @@ enum Command {
         /// Print machine-readable JSON.
         #[arg(long)]
         json: bool,
-        /// Run only these gates: concurrency, crash, fleet (repeatable; default all).
+        /// Run only these gates: concurrency, crash, fleet, webhook (repeatable; default all).
         #[arg(long)]
         only: Vec<String>,
     },
@@ -356,6 +363,7 @@ async fn run(cli: Cli) -> Result<bool> {
             no_completer,
             reap_every_secs,
             idempotency,
+            webhook_secret,
             limits,
             policy,
         } => {
@@ -363,7 +371,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 Some(u) => u,
                 None => {
                     let (l, url) = listen("127.0.0.1:0".parse()?).await?;
-                    let router = processor::router(processor::webhooks::DEV_WEBHOOK_SECRET)?;
+                    let router = processor::router(&webhook_secret)?;
                     tokio::spawn(async move { axum::serve(l, router).await });
                     tracing::info!(%url, "started the outside card processor and mailer in this process");
                     url
@@ -377,6 +385,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 business_path: business_db,
                 completer_grace: (!no_completer).then(|| Duration::from_millis(completer_grace_ms)),
                 idempotency_off: idempotency == "off",
+                webhook_secret,
             };
             let (app, router) = serve::build(&cfg).await?;
             let (listener, url) = listen(addr).await?;
@@ -391,6 +400,12 @@ async fn run(cli: Cli) -> Result<bool> {
                     Duration::from_millis(completer_every_ms),
                 );
             }
+            // The processor delivers its events here (it may start later: registered in the
+            // background, retried until it answers).
+            tokio::spawn(processor::webhooks::register_receiver(
+                cfg.processor_url.trim_end_matches('/').to_owned(),
+                format!("{url}{}", serve::routes::webhooks::PATH),
+            ));
             tracing::info!(store = %cfg.store, %url, "serving the reference payments API");
             announce(&url);
             serve::server::serve(

@@ -10,6 +10,9 @@
 //! 3. **Fleet** ([`fleet`]): retrying clients (the Oncely SDK) through a proxy that drops
 //!    responses after the side effect and answers `503` with `Retry-After`, while the API server
 //!    is killed and restarted mid-run -> the number of duplicate side effects, which must be 0.
+//! 4. **Webhook** ([`webhook`]): the processor's signed events delivered 50 times at once and
+//!    redelivered after a receiver was SIGKILLed right after applying one -> each event applied
+//!    exactly once.
 //!
 //! Everything runs on this machine: the processor and the API servers are child processes on
 //! free loopback ports, and the store is a fresh embedded SQLite file unless `--store` says
@@ -22,7 +25,7 @@
 //! | [`runner`] | [`run`]: checks the configuration, sets up the [`env`](mod@env), runs the chosen gates in order |
 //! | [`env`](mod@env) | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
 //! | [`http`] | the requests the gates make and what they keep of a response |
-//! | [`concurrency`], [`crash`], [`fleet`] | one gate each |
+//! | [`concurrency`], [`crash`], [`fleet`], [`webhook`] | one gate each |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |
 //! | [`child`], [`proxy`] | child processes; the fault-injecting proxy of the fleet gate |
 //!
@@ -41,6 +44,7 @@ mod http;
 mod proxy;
 mod report;
 mod runner;
+mod webhook;
 
 use anyhow::Result;
 pub use env::Env;
@@ -102,11 +106,13 @@ pub enum Gate {
     Crash,
     /// Retrying SDK clients through injected faults and a killed server ([`fleet`]).
     Fleet,
+    /// Concurrent and post-crash redeliveries of webhook events ([`webhook`]).
+    Webhook,
 }
 
 impl Gate {
     /// Every gate, in the order they run.
-    pub const ALL: [Self; 3] = [Self::Concurrency, Self::Crash, Self::Fleet];
+    pub const ALL: [Self; 4] = [Self::Concurrency, Self::Crash, Self::Fleet, Self::Webhook];
 
     /// The name `--only` takes.
     pub fn name(self) -> &'static str {
@@ -114,6 +120,7 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash",
             Self::Fleet => "fleet",
+            Self::Webhook => "webhook",
         }
     }
 
@@ -123,6 +130,7 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash recovery",
             Self::Fleet => "fleet",
+            Self::Webhook => "webhook",
         }
     }
 
@@ -142,6 +150,7 @@ impl Gate {
             Self::Concurrency => concurrency::run(env, cfg).await,
             Self::Crash => crash::run(env, cfg).await,
             Self::Fleet => fleet::run(env, cfg).await,
+            Self::Webhook => webhook::run(env, cfg).await,
         }
     }
 }

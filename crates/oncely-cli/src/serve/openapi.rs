@@ -65,7 +65,7 @@ pub fn document() -> Value {
         "info": {
             "title": "Oncely reference payments API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "A reference API built with Oncely. Every POST requires an Idempotency-Key (1-255 visible ASCII characters, unique per logical operation; an event-derived key such as `order-confirm-{order_id}` is best). A retry with the same key and the same request replays the stored response with `Idempotent-Replayed: true` for 24 hours. Authentication is a stand-in: `Authorization: Bearer <account>`; the account is the idempotency scope."
+            "description": "A reference API built with Oncely. Every POST under /v1 requires an Idempotency-Key (1-255 visible ASCII characters, unique per logical operation; an event-derived key such as `order-confirm-{order_id}` is best). A retry with the same key and the same request replays the stored response with `Idempotent-Replayed: true` for 24 hours. Authentication is a stand-in: `Authorization: Bearer <account>`; the account is the idempotency scope. POST /webhooks/processor receives the card processor's signed Standard Webhooks events, keyed by webhook-id and scoped by the sender."
         },
         "security": [{"bearer": []}],
         "paths": {
@@ -88,6 +88,42 @@ pub fn document() -> Value {
                     "operationId": "getPayment",
                     "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
                     "responses": read_responses(json!({"$ref": "#/components/schemas/Payment"}))
+                }
+            },
+            "/v1/payments/{id}/events": {
+                "get": {
+                    "operationId": "listPaymentEvents",
+                    "summary": "The webhook events applied to the caller's payment, one row per application.",
+                    "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                    "responses": read_responses(json!({"type": "object", "properties": {"data": {"type": "array", "items": {"$ref": "#/components/schemas/AppliedEvent"}}}}))
+                }
+            },
+            "/webhooks/processor": {
+                "post": {
+                    "operationId": "receiveProcessorEvent",
+                    "summary": "The card processor's Standard Webhooks events (charge.succeeded), each applied once.",
+                    "description": "Signed by the processor (`webhook-signature: v1,<base64 HMAC-SHA256 of webhook-id.webhook-timestamp.body>`), verified before any claim. Keyed by `webhook-id` (not `Idempotency-Key`), scoped by the sender: a redelivery gets the stored answer with `Idempotent-Replayed: true`.",
+                    "security": [],
+                    "x-oncely-key-source": "webhook-id",
+                    "parameters": [
+                        {"name": "webhook-id", "in": "header", "required": true, "description": "The event's id, the same on every redelivery: the idempotency key.", "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"}},
+                        {"name": "webhook-timestamp", "in": "header", "required": true, "description": "When this attempt was signed, seconds since the epoch; within 300 seconds of now.", "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+                        {"name": "webhook-signature", "in": "header", "required": true, "description": "Space-separated `v1,<base64>` signatures.", "schema": {"type": "string"}}
+                    ],
+                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Event"}}}},
+                    "responses": {
+                        "200": {
+                            "description": "Applied (or, on a redelivery, the stored answer of its one application).",
+                            "headers": {"Idempotent-Replayed": {"description": "`true` on a redelivery.", "schema": {"type": "string", "enum": ["true"]}}},
+                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EventReceipt"}}}
+                        },
+                        "400": problem("`webhook_headers_invalid`, `webhook_timestamp_out_of_tolerance`, `idempotency_key_invalid`, `idempotency_body_not_canonicalizable` or `invalid_event`: nothing was applied."),
+                        "401": problem("`webhook_signature_invalid`: no signature matches for the processor's secret; nothing was applied."),
+                        "409": retryable("`idempotency_request_in_flight`: the same event is being applied; the sender retries."),
+                        "413": problem("`webhook_body_too_large`."),
+                        "422": problem("`idempotency_key_mismatch`: another body under a known event id; never applied."),
+                        "503": retryable("`idempotency_store_unavailable`, `database_unavailable`, `server_shutting_down` or `unavailable`: nothing was applied; the sender retries.")
+                    }
                 }
             },
             "/v1/orders": {
@@ -177,6 +213,18 @@ pub fn document() -> Value {
                         "type": "object", "additionalProperties": false, "required": ["sku", "quantity"],
                         "properties": {"sku": {"type": "string", "minLength": 1, "maxLength": 64}, "quantity": {"type": "integer", "minimum": 1, "maximum": 10000}}
                     }}}
+                },
+                "Event": {
+                    "type": "object", "required": ["type"],
+                    "properties": {"id": {"type": "string"}, "type": {"type": "string"}, "created": {"type": "integer"}, "data": {"type": "object"}}
+                },
+                "EventReceipt": {
+                    "type": "object",
+                    "properties": {"received": {"type": "string"}, "type": {"type": "string"}, "payment": {"type": ["string", "null"]}, "confirmed": {"type": "boolean"}, "received_at": {"type": "integer"}}
+                },
+                "AppliedEvent": {
+                    "type": "object",
+                    "properties": {"id": {"type": "string"}, "sender": {"type": "string"}, "event_id": {"type": "string"}, "type": {"type": "string"}, "received_at": {"type": "integer", "description": "Epoch milliseconds."}}
                 },
                 "Order": {"type": "object", "properties": {"id": {"type": "string"}, "items": {"type": "array"}, "created_at": {"type": "integer"}}},
                 "InFlight": {

@@ -7,7 +7,7 @@
 //! response -> back out.
 
 use super::db::BusinessDb;
-use super::routes::{keys, orders, payments, reads};
+use super::routes::{keys, orders, payments, reads, webhooks};
 use super::store::Backend;
 use super::{App, auth, health, metrics, openapi, problems, should_retry};
 use axum::extract::{Request, State};
@@ -17,17 +17,42 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use oncely_core::{IdempotencyKey, Policy, RecordKey, Scope};
-use oncely_tower::IdempotencyLayer;
+use oncely_tower::{IdempotencyLayer, KeySource, StandardWebhooksLayer};
 
-/// The write routes, with handlers whose transactions run on store type `S`.
-fn write_routes<S>() -> Router<App>
-where
-    S: oncely_sqlx::SqlStore,
-    S::Database: BusinessDb,
-{
-    Router::new()
-        .route("/v1/payments", post(payments::create_payment::<S>))
-        .route("/v1/orders", post(orders::create_order::<S>))
+/// A set of transactional routes whose handlers run on store type `S`.
+trait RouteSet {
+    fn routes<S>() -> Router<App>
+    where
+        S: oncely_sqlx::SqlStore,
+        S::Database: BusinessDb;
+}
+
+/// The write routes, keyed by `Idempotency-Key`.
+struct Writes;
+
+impl RouteSet for Writes {
+    fn routes<S>() -> Router<App>
+    where
+        S: oncely_sqlx::SqlStore,
+        S::Database: BusinessDb,
+    {
+        Router::new()
+            .route("/v1/payments", post(payments::create_payment::<S>))
+            .route("/v1/orders", post(orders::create_order::<S>))
+    }
+}
+
+/// The webhook receiver, keyed by `webhook-id`.
+struct Receivers;
+
+impl RouteSet for Receivers {
+    fn routes<S>() -> Router<App>
+    where
+        S: oncely_sqlx::SqlStore,
+        S::Database: BusinessDb,
+    {
+        Router::new().route(webhooks::PATH, post(webhooks::receive::<S>))
+    }
 }
 
 /// `serve --idempotency off`: the same handlers on a plain transaction, with no claim.
@@ -57,33 +82,44 @@ async fn unclaimed<DB: sqlx::Database>(
     next.run(req).await
 }
 
-/// The write routes over `backend`: behind `layer` (the idempotency layer made for that
+/// The routes of `R` over `backend`: behind `layer` (the idempotency layer made for that
 /// backend's store), or, without one, on plain transactions (the benchmark baseline).
-fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
+fn over<R: RouteSet>(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
     use oncely_sqlx::unclaimed::UnclaimedStore;
-    fn plain<DB>(pool: sqlx::Pool<DB>) -> Router<App>
+    fn plain<R: RouteSet, DB>(pool: sqlx::Pool<DB>) -> Router<App>
     where
         DB: sqlx::Database + BusinessDb,
     {
-        write_routes::<UnclaimedStore<DB>>()
+        R::routes::<UnclaimedStore<DB>>()
             .route_layer(middleware::from_fn_with_state(pool, unclaimed::<DB>))
     }
     match (backend, layer) {
-        (Backend::Sqlite(_), Some(l)) => {
-            write_routes::<oncely_sqlite::SqliteStore>().route_layer(l)
-        }
+        (Backend::Sqlite(_), Some(l)) => R::routes::<oncely_sqlite::SqliteStore>().route_layer(l),
         #[cfg(feature = "postgres")]
         (Backend::Postgres(_), Some(l)) => {
-            write_routes::<oncely_postgres::PostgresStore>().route_layer(l)
+            R::routes::<oncely_postgres::PostgresStore>().route_layer(l)
         }
         (Backend::Split(_), Some(l)) => {
-            write_routes::<oncely_sqlx::Split<sqlx::Sqlite>>().route_layer(l)
+            R::routes::<oncely_sqlx::Split<sqlx::Sqlite>>().route_layer(l)
         }
-        (Backend::Sqlite(s), None) => plain(s.pool().clone()),
+        (Backend::Sqlite(s), None) => plain::<R, _>(s.pool().clone()),
         #[cfg(feature = "postgres")]
-        (Backend::Postgres(s), None) => plain(s.pool().clone()),
-        (Backend::Split(s), None) => plain(s.pool().clone()),
+        (Backend::Postgres(s), None) => plain::<R, _>(s.pool().clone()),
+        (Backend::Split(s), None) => plain::<R, _>(s.pool().clone()),
     }
+}
+
+/// The webhook receiver over `backend`: the signature verified first (outermost, before any
+/// claim; the sender becomes the scope), then the API's layer keyed on `webhook-id` (a clone:
+/// it shares the store, the metrics and the graceful shutdown).
+fn receivers(
+    backend: &Backend,
+    layer: Option<IdempotencyLayer>,
+    verify: StandardWebhooksLayer,
+) -> Router<App> {
+    let webhook_id = KeySource::header(standardwebhooks::HEADER_WEBHOOK_ID)
+        .expect("webhook-id is a header name");
+    over::<Receivers>(backend, layer.map(|l| l.with_key_source(webhook_id))).route_layer(verify)
 }
 
 /// The idempotency layer for `backend`'s store, with `policy`.
@@ -97,13 +133,21 @@ pub fn layer_for(backend: &Backend, policy: Policy) -> IdempotencyLayer {
 }
 
 /// Builds the router; `layer` (made by [`layer_for`] for `backend`) is `None` for the baseline
-/// without idempotency.
-pub fn router(app: App, backend: &Backend, layer: Option<IdempotencyLayer>) -> Router {
-    let writes = writes(backend, layer);
+/// without idempotency; `verify` authenticates the webhook receiver's deliveries.
+pub fn router(
+    app: App,
+    backend: &Backend,
+    layer: Option<IdempotencyLayer>,
+    verify: StandardWebhooksLayer,
+) -> Router {
+    let receivers = receivers(backend, layer.clone(), verify);
+    let writes = over::<Writes>(backend, layer);
     Router::new()
         .merge(writes)
+        .merge(receivers)
         .route("/v1/payments", get(reads::list_payments))
         .route("/v1/payments/{id}", get(reads::get_payment))
+        .route("/v1/payments/{id}/events", get(reads::payment_events))
         .route("/v1/orders", get(reads::list_orders))
         .route("/v1/orders/{id}", get(reads::get_order))
         .route("/v1/idempotency-keys/{key}", get(keys::key_state))
