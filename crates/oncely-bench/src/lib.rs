@@ -138,6 +138,7 @@ pub fn response(body_len: usize) -> StoredResponse {
         ],
         body: vec![b'x'; body_len],
         body_retained: true,
+        trailers: Vec::new(),
     }
 }
 

@@ -166,6 +166,7 @@ fn floor_response(id: &str, order: &Value) -> (Vec<u8>, Vec<u8>) {
         headers: vec![("content-type".to_owned(), b"application/json".to_vec())],
         body: Vec::new(),
         body_retained: true,
+        trailers: Vec::new(),
     };
     (stored.encode_headers(), body)
 }

@@ -447,7 +447,91 @@ pub fn render(policy: &Policy) -> String {
             .map(|c| c.cost(oncely_client::budget::RetryCost::Throttle))
             .unwrap_or(0),
     );
+    grpc(w, policy, &sdk);
     o
+}
+
+/// The gRPC section: the key in metadata, the status table and the A6 retry policy it is made
+/// for, all from the live tables of `oncely-grpc`.
+fn grpc(w: &mut String, policy: &Policy, sdk: &RetryPolicy) {
+    use oncely_grpc::status::{code_name, service_config};
+    let _ = writeln!(w, "\n## gRPC\n");
+    let _ = writeln!(
+        w,
+        "The same contract over gRPC (the `oncely.payments.v1.Payments` service, \
+         `crates/oncely-grpc/proto/oncely/payments/v1/payments.proto`): the key is the \
+         `idempotency-key` metadata entry, with the header's rules; `CreatePayment` requires it, \
+         `GetPayment` takes none. The fingerprint covers the method path and the message bytes as \
+         sent (a retry must send the same bytes: stock clients do). A replay is the stored response \
+         verbatim, messages and trailers (`grpc-status`, `grpc-message`, \
+         `grpc-status-details-bin`), plus the `idempotent-replayed: true` metadata entry. \
+         Client-streaming and bidirectional methods take no key (one sent is refused with \
+         `UNIMPLEMENTED`); a server-streaming reply is replayed message for message. The server \
+         reads `grpc-timeout`; the lease ({}) does not depend on it, and a handler whose caller's \
+         deadline passed still runs to the end and stores its response for the retry.\n",
+        human(policy.lease)
+    );
+    let _ = writeln!(
+        w,
+        "Every answer of the key machine is a gRPC status whose `grpc-status-details-bin` holds a \
+         `google.rpc.ErrorInfo` (domain `{}`, reason the machine code in upper case, metadata \
+         `code`, `retryable`, `httpStatus`) and, where HTTP sends `Retry-After`, a \
+         `google.rpc.RetryInfo` with the delay ({} by default; the in-flight delay is sized from \
+         the first call's progress) and the same delay as gRFC A6 server pushback \
+         (`grpc-retry-pushback-ms`).\n",
+        oncely_grpc::ERROR_DOMAIN,
+        human(Duration::from_secs(policy.retry_after_secs))
+    );
+    let _ = writeln!(
+        w,
+        "| machine code | gRPC status | HTTP status (`{}`) | retry with the same key |\n|---|---|---|---|",
+        policy.profile.name()
+    );
+    for row in oncely_grpc::GRPC_STATUS_TABLE {
+        let http = ErrorCode::ALL
+            .iter()
+            .find(|c| c.as_str() == row.code)
+            .map_or_else(
+                || match row.code {
+                    "server_shutting_down" => "503".to_owned(),
+                    "handler_did_not_commit" => "500".to_owned(),
+                    "idempotency_streaming_unsupported" => "-".to_owned(),
+                    _ => "400".to_owned(),
+                },
+                |c| policy.profile.status(*c).to_string(),
+            );
+        let _ = writeln!(
+            w,
+            "| `{}` | `{}`{} | {} | {} |",
+            row.code,
+            code_name(row.grpc),
+            if row.retryable { " + `RetryInfo`" } else { "" },
+            http,
+            if row.retryable {
+                "yes, after the delay"
+            } else {
+                "never"
+            }
+        );
+    }
+    let _ = writeln!(
+        w,
+        "\nA handler's own status is judged like its HTTP equivalent (`google.rpc.Code`'s \
+         mapping): `OK` and final errors are stored and replayed; `ABORTED`, `ALREADY_EXISTS` and \
+         `RESOURCE_EXHAUSTED` release the key, so a retry runs again.\n"
+    );
+    let b = sdk.backoff();
+    let _ = writeln!(
+        w,
+        "A stock gRPC client retries safely with this service config (gRFC A6; the backoff is \
+         A6's own full jitter, here with the Oncely SDK's attempts and delays):\n\n```json\n{}\n```\n",
+        service_config(
+            "oncely.payments.v1.Payments",
+            sdk.max_attempts(),
+            b.base(),
+            b.cap()
+        )
+    );
 }
 
 #[cfg(test)]

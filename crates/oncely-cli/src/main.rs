@@ -119,9 +119,18 @@ impl LimitArgs {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the reference payments API.
+    /// Serve the reference payments API, over REST and over gRPC on the same port.
+    ///
+    /// gRPC: the service oncely.payments.v1.Payments
+    /// (crates/oncely-grpc/proto/oncely/payments/v1/payments.proto), HTTP/2 without TLS at the
+    /// same address (h2c, what a gRPC client sends to an http:// address), routed by path
+    /// (/oncely.payments.v1.Payments/CreatePayment and /GetPayment). CreatePayment requires the
+    /// idempotency-key metadata entry and the caller's Authorization: Bearer ACCOUNT, and
+    /// shares the store and the payment flow with POST /v1/payments. Its statuses and the A6
+    /// retry policy for stock clients: `oncely contract`, "gRPC".
     Serve {
-        /// Address to listen on (port 0 picks a free one; the address is printed).
+        /// Address to listen on, for REST and gRPC (port 0 picks a free one; the address is
+        /// printed).
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
         /// Key store: a file path or sqlite://PATH (the embedded default), memory,
@@ -212,7 +221,8 @@ enum Command {
         /// Print machine-readable JSON.
         #[arg(long)]
         json: bool,
-        /// Run only these gates: concurrency, crash, fleet, webhook (repeatable; default all).
+        /// Run only these gates: concurrency, crash, fleet, grpc-concurrency, grpc-crash, webhook
+        /// (repeatable; default all).
         #[arg(long)]
         only: Vec<String>,
     },

@@ -404,12 +404,22 @@ fn gates(args: &[&str]) -> Value {
     report
 }
 
-/// The three gates' key measurements: one payment and one charge for N concurrent identical
-/// requests, no repeated outside call after crashes, no duplicate side effect in the fleet.
+/// The gates' key measurements: one payment and one charge for N concurrent identical
+/// requests, no repeated outside call after crashes, no duplicate side effect in the fleet; and
+/// the same over gRPC.
 fn assert_all_gates_pass(report: &Value) {
     assert_eq!(report["passed"], true, "{report:#}");
     let gates = report["gates"].as_array().unwrap();
-    assert_eq!(gates.len(), 4);
+    assert_eq!(gates.len(), 6);
+    assert_eq!(gates[3]["name"], "grpc concurrency");
+    assert_eq!(gates[3]["details"]["charge_executions"], 1);
+    assert_eq!(gates[3]["details"]["payments"], 1);
+    assert_eq!(
+        gates[3]["details"]["other"].as_array().map(Vec::len),
+        Some(0)
+    );
+    assert_eq!(gates[4]["name"], "grpc crash recovery");
+    assert_eq!(gates[4]["details"]["repeated_outside_calls"], 0);
     assert_eq!(gates[0]["details"]["charge_executions"], 1);
     assert_eq!(gates[0]["details"]["payments"], 1);
     assert_eq!(
@@ -418,7 +428,8 @@ fn assert_all_gates_pass(report: &Value) {
     );
     assert_eq!(gates[1]["details"]["repeated_outside_calls"], 0);
     assert_eq!(gates[2]["details"]["duplicate_side_effects"], 0);
-    let webhook = &gates[3]["details"];
+    assert_eq!(gates[5]["name"], "webhook");
+    let webhook = &gates[5]["details"];
     let events = webhook["events"].as_object().unwrap();
     assert_eq!(events.len(), 3, "{webhook:#}");
     for (id, e) in events {

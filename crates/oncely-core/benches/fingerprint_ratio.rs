@@ -10,7 +10,9 @@
 //! median over the rounds of each batch's throughput and the ratios to SHA-256.
 //!
 //! Run: `cargo bench -p oncely-core --bench fingerprint_ratio` (about 30 s). Under `cargo test
-//! --benches` it runs one short round as a smoke test.
+//! --benches` it runs one short round as a smoke test. For an instruction count, one body only:
+//! `valgrind --tool=callgrind target/release/deps/fingerprint_ratio-* --only 64k-json --iters 100`
+//! (`64k-sha` counts plain SHA-256 of the same JSON body).
 
 #![allow(missing_docs)]
 
@@ -77,7 +79,48 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// `--only <body> [--iters N]`: computes N fingerprints (default 100) of one body and prints
+/// nothing else, for an instruction count under `valgrind --tool=callgrind`. `<body>` is `1k`,
+/// `64k` or `1m`, then `json`, `canonical` or `raw`, e.g. `64k-json`.
+fn only(spec: &str, iters: u64) {
+    let (size, kind) = spec.split_once('-').expect("<size>-<kind>");
+    let size = match size {
+        "1k" => 1 << 10,
+        "64k" => 64 << 10,
+        "1m" => 1 << 20,
+        other => panic!("unknown size {other}"),
+    };
+    let json = json_body(size);
+    let (body, ct): (Vec<u8>, &[u8]) = match kind {
+        "json" => (json, b"application/json"),
+        "canonical" => (canonical_json(&json).unwrap(), b"application/json"),
+        "raw" => (
+            (0..size).map(|i| (i % 251) as u8).collect(),
+            b"application/octet-stream",
+        ),
+        "sha" => {
+            for _ in 0..iters {
+                black_box(Sha256::digest(black_box(json.as_slice())));
+            }
+            return;
+        }
+        other => panic!("unknown kind {other}"),
+    };
+    for _ in 0..iters {
+        black_box(fingerprint_v1(&parts(ct, black_box(&body))));
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--only") {
+        let iters = args
+            .iter()
+            .position(|a| a == "--iters")
+            .map_or(100, |j| args[j + 1].parse().expect("--iters N"));
+        only(&args[i + 1], iters);
+        return;
+    }
     let measure = std::env::args().any(|a| a == "--bench");
     let rounds = if measure { 15 } else { 1 };
     let budget = Duration::from_millis(if measure { 150 } else { 1 });

@@ -590,6 +590,7 @@ mod tests {
                         headers: vec![],
                         body: request.body.clone(),
                         body_retained: true,
+                        trailers: Vec::new(),
                     };
                     self.store
                         .complete(&id, c.token, resp, RETENTION)

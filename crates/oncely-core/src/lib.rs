@@ -39,7 +39,7 @@
 //! };
 //! let ClaimOutcome::Claimed(claim) = store.claim(req.clone()).await.unwrap() else { panic!() };
 //! // ... run the handler, then store its response with the claim's fencing token:
-//! let response = StoredResponse { status: 201, headers: vec![], body: b"{}".to_vec(), body_retained: true };
+//! let response = StoredResponse { status: 201, headers: vec![], body: b"{}".to_vec(), body_retained: true, trailers: vec![] };
 //! store.complete(&id, claim.token, response.clone(), req.retention).await.unwrap();
 //! // A retry replays; it never re-executes.
 //! assert!(matches!(store.claim(req).await.unwrap(), ClaimOutcome::Replay { .. }));
@@ -72,7 +72,9 @@ pub use policy::{
     in_flight_retry_after_secs,
 };
 pub use problem::{ErrorCode, Problem, StatusProfile, X_SHOULD_RETRY};
-pub use record::{FencingToken, Record, RecordState, StoredRequest, StoredResponse, UnixMillis};
+pub use record::{
+    FencingToken, HeaderFields, Record, RecordState, StoredRequest, StoredResponse, UnixMillis,
+};
 pub use store::memory::MemoryStore;
 pub use store::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, StoreError,

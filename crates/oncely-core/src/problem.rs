@@ -66,6 +66,19 @@ impl ErrorCode {
         }
     }
 
+    /// Every code, in declaration order.
+    pub const ALL: [ErrorCode; 9] = [
+        Self::KeyMissing,
+        Self::KeyInvalid,
+        Self::KeyMismatch,
+        Self::RequestInFlight,
+        Self::StoreUnavailable,
+        Self::ResponseNotRetained,
+        Self::ScopeMissing,
+        Self::RequestTooLarge,
+        Self::BodyNotCanonicalizable,
+    ];
+
     /// Whether a client may retry the same request unchanged.
     pub const fn retryable(self) -> bool {
         matches!(self, Self::RequestInFlight | Self::StoreUnavailable)

@@ -30,7 +30,7 @@ pub type UnixMillis = i64;
 pub struct FencingToken(pub i64);
 
 /// A response as stored for replay: status, headers in order (multi-valued headers as repeated
-/// entries) and the whole body.
+/// entries), the whole body and the trailers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {
     /// The HTTP status code, e.g. `201`.
@@ -44,15 +44,62 @@ pub struct StoredResponse {
     /// response was delivered to the first caller but cannot be replayed. A replay then answers
     /// the `idempotency_response_not_retained` problem, never a partial body.
     pub body_retained: bool,
+    /// Trailer `(lower-case name, value bytes)` pairs sent after the body, in order; empty for
+    /// most HTTP responses. gRPC sends its status here (`grpc-status`, `grpc-message`,
+    /// `grpc-status-details-bin`), so a replay without them would not be the same call at the
+    /// gRPC level. Stores keep them in the headers column ([`StoredResponse::encode_headers`]);
+    /// a record written before trailers were kept decodes with none.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "compact::headers"
+    )]
+    pub trailers: Vec<(String, Vec<u8>)>,
 }
 
+/// Headers and trailers as decoded from a store's headers column by
+/// [`StoredResponse::decode_header_fields`]: `(headers, trailers)`, each a list of
+/// `(lower-case name, value bytes)` pairs in order.
+pub type HeaderFields = (Vec<(String, Vec<u8>)>, Vec<(String, Vec<u8>)>);
+
 impl StoredResponse {
-    /// Encodes the headers for a store column: a JSON array of `[name, value]` pairs, the value
-    /// a JSON string when it is UTF-8 (almost always), else an array of its byte values; value
-    /// bytes are kept exactly either way. Example:
-    /// `[["content-type","application/json"],["x-raw",[255,0]]]`.
+    /// Encodes the headers (and trailers) for a store column.
+    ///
+    /// Without trailers (almost every HTTP response): a JSON array of `[name, value]` pairs, the
+    /// value a JSON string when it is UTF-8 (almost always), else an array of its byte values;
+    /// value bytes are kept exactly either way. Example:
+    /// `[["content-type","application/json"],["x-raw",[255,0]]]`. This is the form every record
+    /// had before trailers were kept, byte for byte.
+    ///
+    /// With trailers (a gRPC response): a JSON object holding both lists in that form,
+    /// `{"headers":[...],"trailers":[["grpc-status","0"]]}`. Read it back with
+    /// [`StoredResponse::decode_header_fields`].
     pub fn encode_headers(&self) -> Vec<u8> {
-        serde_json::to_vec(&compact::Headers(&self.headers)).unwrap_or_default()
+        if self.trailers.is_empty() {
+            return serde_json::to_vec(&compact::Headers(&self.headers)).unwrap_or_default();
+        }
+        serde_json::to_vec(&compact::Fields {
+            headers: compact::Headers(&self.headers),
+            trailers: compact::Headers(&self.trailers),
+        })
+        .unwrap_or_default()
+    }
+
+    /// Decodes a headers column written by [`StoredResponse::encode_headers`] in either form
+    /// (with or without trailers), and by its earlier form (every value an array of byte
+    /// values), which records in existing stores still hold: `(headers, trailers)`, the
+    /// trailers empty for the array forms.
+    ///
+    /// # Errors
+    ///
+    /// The bytes are not an encoded header list (a corrupt record).
+    pub fn decode_header_fields(bytes: &[u8]) -> Result<HeaderFields, serde_json::Error> {
+        match serde_json::from_slice::<compact::OwnedFields>(bytes)? {
+            compact::OwnedFields::Headers(h) => Ok((compact::owned(h), Vec::new())),
+            compact::OwnedFields::Both { headers, trailers } => {
+                Ok((compact::owned(headers), compact::owned(trailers)))
+            }
+        }
     }
 
     /// Decodes headers written by [`StoredResponse::encode_headers`], and by its earlier form
@@ -62,8 +109,7 @@ impl StoredResponse {
     ///
     /// The bytes are not an encoded header list (a corrupt record).
     pub fn decode_headers(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, serde_json::Error> {
-        let pairs: Vec<(String, compact::Value)> = serde_json::from_slice(bytes)?;
-        Ok(pairs.into_iter().map(|(n, v)| (n, v.0)).collect())
+        Ok(Self::decode_header_fields(bytes)?.0)
     }
 }
 
@@ -121,6 +167,28 @@ mod compact {
             }
             d.deserialize_any(V)
         }
+    }
+
+    /// Headers and trailers together (the headers column of a response with trailers).
+    #[derive(Serialize)]
+    pub(super) struct Fields<'a> {
+        pub(super) headers: Headers<'a>,
+        pub(super) trailers: Headers<'a>,
+    }
+
+    /// A headers column as read back: the array (no trailers) or the object.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    pub(super) enum OwnedFields {
+        Headers(Vec<(String, Value)>),
+        Both {
+            headers: Vec<(String, Value)>,
+            trailers: Vec<(String, Value)>,
+        },
+    }
+
+    pub(super) fn owned(pairs: Vec<(String, Value)>) -> Vec<(String, Vec<u8>)> {
+        pairs.into_iter().map(|(n, v)| (n, v.0)).collect()
     }
 
     /// Header pairs with compact values.
@@ -250,7 +318,9 @@ pub struct Record {
     /// When the reaper may delete the record (epoch milliseconds): claim or completion time
     /// plus the retention.
     pub expires_at: UnixMillis,
-    /// The request that claimed it, for the completer.
+    /// The request that claimed it, for the completer; kept only while the record is in flight
+    /// (the completer re-drives in-flight records only): completing or releasing the record
+    /// drops it, so a complete or released record holds `None`.
     pub request: Option<StoredRequest>,
 }
 
@@ -288,6 +358,7 @@ mod tests {
             ],
             body: b"{}".to_vec(),
             body_retained: true,
+            trailers: Vec::new(),
         }
     }
 
@@ -306,6 +377,46 @@ mod tests {
         assert_eq!(StoredResponse::decode_headers(&old).unwrap(), r.headers);
         assert!(StoredResponse::decode_headers(b"[[\"a\",1]]").is_err());
         assert!(StoredResponse::decode_headers(b"{").is_err());
+    }
+
+    #[test]
+    fn trailers_are_an_additive_form_of_the_headers_column() {
+        // Without trailers, the column is byte for byte what it was before trailers existed.
+        let r = response();
+        assert!(r.encode_headers().starts_with(b"[[\"content-type\""));
+        assert_eq!(
+            StoredResponse::decode_header_fields(&r.encode_headers()).unwrap(),
+            (r.headers.clone(), vec![])
+        );
+        // With trailers, an object holding both lists.
+        let g = StoredResponse {
+            trailers: vec![
+                ("grpc-status".into(), b"5".to_vec()),
+                ("grpc-message".into(), b"not%20found".to_vec()),
+            ],
+            ..r.clone()
+        };
+        let enc = g.encode_headers();
+        assert!(enc.starts_with(br#"{"headers":[["content-type","application/json"]"#));
+        assert!(
+            enc.ends_with(br#""trailers":[["grpc-status","5"],["grpc-message","not%20found"]]}"#)
+        );
+        assert_eq!(
+            StoredResponse::decode_header_fields(&enc).unwrap(),
+            (g.headers.clone(), g.trailers.clone())
+        );
+        // `decode_headers` reads both forms (its callers only want the headers).
+        assert_eq!(StoredResponse::decode_headers(&enc).unwrap(), g.headers);
+        // The serde form (used by JSON views of a record) omits empty trailers, and reads a
+        // response written without the field.
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("trailers").is_none());
+        let back: StoredResponse = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+        let back: StoredResponse =
+            serde_json::from_value(serde_json::to_value(&g).unwrap()).unwrap();
+        assert_eq!(back, g);
+        assert!(StoredResponse::decode_header_fields(br#"{"headers":[]}"#).is_err());
     }
 
     #[test]

@@ -55,7 +55,7 @@ use std::time::Duration;
 ///     .execute(&mut **phase.tx()).await
 ///     .map_err(oncely_core::StoreError::unavailable)?;
 /// let response = StoredResponse {
-///     status: 201, headers: vec![], body: br#"{"id":"ord_1"}"#.to_vec(), body_retained: true,
+///     status: 201, headers: vec![], body: br#"{"id":"ord_1"}"#.to_vec(), body_retained: true, trailers: vec![],
 /// };
 /// // The order and the stored response commit together.
 /// phase.complete(response, Duration::from_secs(72 * 3600)).await?;

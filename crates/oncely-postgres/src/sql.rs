@@ -92,19 +92,21 @@ pub(crate) const CHECKPOINT: &str = concat!(
 );
 
 /// Stores the response: `$4` now, `$5` status, `$6` encoded headers, `$7` body, `$8` body
-/// retained, `$9` expires_at. The recovery point is cleared (it only means something in flight).
+/// retained, `$9` expires_at. The recovery point is cleared (it only means something in flight),
+/// and so is the stored request (only the completer reads it, and only from in-flight records).
 pub(crate) const COMPLETE: &str = concat!(
     "UPDATE oncely_idempotency_keys SET state = 'complete', lease_expires_at = NULL, \
-     recovery_point = NULL, \
+     recovery_point = NULL, request = NULL, \
      completed_at = $4, response_status = $5, response_headers = $6, response_body = $7, \
      response_body_retained = $8, expires_at = $9",
     owner_guard!()
 );
 
-/// Releases the claim: the record behaves as absent, its token stays so tokens keep growing.
+/// Releases the claim: the record behaves as absent, its token stays so tokens keep growing;
+/// the stored request is dropped, as on completion.
 pub(crate) const RELEASE: &str = concat!(
     "UPDATE oncely_idempotency_keys SET state = 'released', lease_expires_at = NULL, \
-     recovery_point = NULL",
+     recovery_point = NULL, request = NULL",
     owner_guard!()
 );
 

@@ -508,13 +508,15 @@ pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
         "complete" => {
             let status: i32 = row.try_get("response_status").map_err(map)?;
             let headers: Vec<u8> = row.try_get("response_headers").map_err(map)?;
+            let (headers, trailers) = StoredResponse::decode_header_fields(&headers)
+                .map_err(|e| corrupt("response_headers", e))?;
             RecordState::Complete {
                 response: StoredResponse {
                     status: u16::try_from(status).map_err(|e| corrupt("response_status", e))?,
-                    headers: StoredResponse::decode_headers(&headers)
-                        .map_err(|e| corrupt("response_headers", e))?,
+                    headers,
                     body: row.try_get("response_body").map_err(map)?,
                     body_retained: row.try_get("response_body_retained").map_err(map)?,
+                    trailers,
                 },
                 completed_at: row.try_get("completed_at").map_err(map)?,
             }

@@ -79,6 +79,7 @@ fn created() -> StoredResponse {
         headers: vec![("content-type".into(), b"application/json".to_vec())],
         body: br#"{"id":"ord_1","amount":100}"#.to_vec(),
         body_retained: true,
+        trailers: Vec::new(),
     }
 }
 

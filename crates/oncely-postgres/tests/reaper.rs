@@ -313,6 +313,7 @@ impl Redrive for Service {
             headers: vec![],
             body: request.body,
             body_retained: true,
+            trailers: Vec::new(),
         };
         phase
             .complete(response, RETENTION)

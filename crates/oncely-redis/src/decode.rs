@@ -2,7 +2,7 @@
 //! does not decode is [`StoreError::Corrupt`]: never guessed, never half-returned.
 
 use oncely_core::{
-    FencingToken, Fingerprint, IdempotencyKey, Record, RecordState, Scope, StoreError,
+    FencingToken, Fingerprint, IdempotencyKey, Record, RecordKey, RecordState, Scope, StoreError,
     StoredRequest, StoredResponse, UnixMillis,
 };
 use redis::Value;
@@ -36,12 +36,21 @@ pub(crate) fn parse_int(b: &[u8]) -> Option<i64> {
 }
 
 /// Decodes `HGETALL` output; an empty hash (the key does not exist) is `None`.
-pub(crate) fn record(f: &Fields) -> Result<Option<Record>, StoreError> {
+///
+/// `id` is the identity the hash's Redis key names. Records written before issue 12 also carry
+/// it as the `scope` and `key` fields, which win when present; newer records leave them out
+/// (the Redis key already holds the identity). A record with neither is corrupt.
+pub(crate) fn record(f: &Fields, id: Option<&RecordKey>) -> Result<Option<Record>, StoreError> {
     if f.is_empty() {
         return Ok(None);
     }
-    let scope = Scope::new(text(f, "scope")?);
-    let key = IdempotencyKey::new(&text(f, "key")?).map_err(|e| corrupt(format!("key: {e}")))?;
+    let (scope, key) = match (f.contains_key(b"scope".as_slice()), id) {
+        (false, Some(id)) => (id.scope.clone(), id.key.clone()),
+        _ => (
+            Scope::new(text(f, "scope")?),
+            IdempotencyKey::new(&text(f, "key")?).map_err(|e| corrupt(format!("key: {e}")))?,
+        ),
+    };
     let fingerprint = Fingerprint::from_stored(int(f, "fp_v")?, bytes(f, "fp")?)
         .map_err(|e| corrupt(format!("fingerprint: {e}")))?;
     let request = match f.get(b"req".as_slice()) {
@@ -96,8 +105,9 @@ pub(crate) fn response(
         .and_then(parse_int)
         .and_then(|s| u16::try_from(s).ok())
         .ok_or_else(|| corrupt("response status"))?;
-    let headers = StoredResponse::decode_headers(headers.ok_or_else(|| corrupt("headers"))?)
-        .map_err(|e| corrupt(format!("headers: {e}")))?;
+    let (headers, trailers) =
+        StoredResponse::decode_header_fields(headers.ok_or_else(|| corrupt("headers"))?)
+            .map_err(|e| corrupt(format!("headers: {e}")))?;
     let body = body.ok_or_else(|| corrupt("body"))?.to_vec();
     let body_retained = match retained {
         Some(b"1") => true,
@@ -109,6 +119,7 @@ pub(crate) fn response(
         headers,
         body,
         body_retained,
+        trailers,
     })
 }
 
@@ -156,7 +167,7 @@ mod tests {
 
     #[test]
     fn empty_hash_is_absent() {
-        assert_eq!(record(&Fields::new()).unwrap(), None);
+        assert_eq!(record(&Fields::new(), None).unwrap(), None);
     }
 
     #[test]
@@ -174,7 +185,7 @@ mod tests {
             ("created", b"10"),
             ("expires", b"99"),
         ]);
-        let r = record(&f).unwrap().unwrap();
+        let r = record(&f, None).unwrap().unwrap();
         assert_eq!(r.token, FencingToken(3));
         assert_eq!(r.fingerprint, Fingerprint::from_parts(1, digest));
         assert_eq!(
@@ -188,9 +199,87 @@ mod tests {
     }
 
     #[test]
+    fn both_record_forms_decode() {
+        let digest = [9u8; 32];
+        let id = RecordKey::new(Scope::new("acct"), IdempotencyKey::new("k-1").unwrap());
+        let common: [(&str, &[u8]); 9] = [
+            ("fp_v", b"1"),
+            ("fp", &digest),
+            ("token", b"2"),
+            ("state", b"complete"),
+            ("status", b"201"),
+            ("body", b"{}"),
+            ("retained", b"1"),
+            ("completed", b"50"),
+            ("created", b"10"),
+        ];
+        let want = Record {
+            scope: id.scope.clone(),
+            key: id.key.clone(),
+            fingerprint: Fingerprint::from_parts(1, digest),
+            token: FencingToken(2),
+            state: RecordState::Complete {
+                response: StoredResponse {
+                    status: 201,
+                    headers: vec![("content-type".into(), b"application/json".to_vec())],
+                    body: b"{}".to_vec(),
+                    body_retained: true,
+                    trailers: vec![],
+                },
+                completed_at: 50,
+            },
+            created_at: 10,
+            expires_at: 99,
+            request: None,
+        };
+        // Today's form: no identity fields, compact headers, no request once complete.
+        let mut new = fields(&common);
+        new.insert(b"expires".to_vec(), b"99".to_vec());
+        new.insert(
+            b"headers".to_vec(),
+            br#"[["content-type","application/json"]]"#.to_vec(),
+        );
+        assert_eq!(record(&new, Some(&id)).unwrap(), Some(want.clone()));
+        // Without the identity from the Redis key, it is corrupt, never guessed.
+        assert!(matches!(record(&new, None), Err(StoreError::Corrupt(_))));
+        // The form written before issue 12: the identity as fields (they win), headers and the
+        // request as arrays of byte values, and the request kept after completion.
+        let mut old = fields(&common);
+        old.insert(b"expires".to_vec(), b"99".to_vec());
+        old.insert(b"scope".to_vec(), b"acct".to_vec());
+        old.insert(b"key".to_vec(), b"k-1".to_vec());
+        old.insert(
+            b"headers".to_vec(),
+            br#"[["content-type",[97,112,112,108,105,99,97,116,105,111,110,47,106,115,111,110]]]"#
+                .to_vec(),
+        );
+        old.insert(
+            b"req".to_vec(),
+            br#"{"method":"POST","uri":"/v1/orders","headers":[],"body":[123,125]}"#.to_vec(),
+        );
+        let old_req = StoredRequest {
+            method: "POST".into(),
+            uri: "/v1/orders".into(),
+            headers: vec![],
+            body: b"{}".to_vec(),
+        };
+        let got = record(&old, None).unwrap().unwrap();
+        assert_eq!(got.request.as_ref(), Some(&old_req));
+        assert_eq!(
+            Record {
+                request: None,
+                ..got
+            },
+            want
+        );
+        let other = RecordKey::new(Scope::new("elsewhere"), IdempotencyKey::new("x").unwrap());
+        assert_eq!(record(&old, Some(&other)).unwrap().unwrap().scope, id.scope);
+    }
+
+    #[test]
     fn damage_is_corrupt_not_a_guess() {
         let f = fields(&[("scope", b"acct"), ("state", b"in_flight")]);
-        assert!(matches!(record(&f), Err(StoreError::Corrupt(_))));
+        assert!(matches!(record(&f, None), Err(StoreError::Corrupt(_))));
         assert!(matches!(
             response(Some(b"70000"), Some(b"[]"), Some(b""), Some(b"1")),
             Err(StoreError::Corrupt(_))

@@ -14,7 +14,7 @@
 //!   may contain `:`: `("a:b", "c")` and `("a", "b:c")` are different keys (case S9: records
 //!   are unique on `(scope, key)`, and two pairs must never collide).
 
-use oncely_core::RecordKey;
+use oncely_core::{IdempotencyKey, RecordKey, Scope};
 
 /// The default namespace (key prefix): `oncely`.
 pub const DEFAULT_NAMESPACE: &str = "oncely";
@@ -47,6 +47,44 @@ pub fn record_key(namespace: &str, id: &RecordKey) -> String {
     )
 }
 
+/// Undoes [`escape`]; `None` for text that [`escape`] cannot have written (a `{`, a `}`, or a
+/// `%` not followed by `25`, `7B` or `7D`).
+fn unescape(s: &str) -> Option<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find(['%', '{', '}']) {
+        out.push_str(&rest[..i]);
+        let c = match rest.get(i..i + 3)? {
+            "%25" => '%',
+            "%7B" => '{',
+            "%7D" => '}',
+            _ => return None,
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// The identity a record key of `namespace` names: the inverse of [`record_key`]. `None` when
+/// `key` is not such a key (another namespace, or not of the layout at all).
+pub(crate) fn parse_record_key(namespace: &str, key: &[u8]) -> Option<RecordKey> {
+    let key = std::str::from_utf8(key).ok()?;
+    let tag = key
+        .strip_prefix(escape(namespace).as_str())?
+        .strip_prefix(":{")?
+        .strip_suffix('}')?;
+    let (len, rest) = tag.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    let scope = rest.get(..len)?;
+    let k = rest.get(len..)?.strip_prefix(':')?;
+    Some(RecordKey::new(
+        Scope::new(unescape(scope)?),
+        IdempotencyKey::new(&unescape(k)?).ok()?,
+    ))
+}
+
 /// The `SCAN ... MATCH` pattern that matches every record key of `namespace` and nothing else:
 /// the escaped namespace with glob metacharacters backslash-escaped, then `:{*`.
 pub(crate) fn scan_pattern(namespace: &str) -> String {
@@ -64,7 +102,6 @@ pub(crate) fn scan_pattern(namespace: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncely_core::{IdempotencyKey, Scope};
 
     fn id(scope: &str, key: &str) -> RecordKey {
         RecordKey::new(Scope::new(scope), IdempotencyKey::new(key).unwrap())
@@ -102,6 +139,34 @@ mod tests {
         let open = k.find('{').unwrap();
         let close = open + k[open..].find('}').unwrap();
         assert_eq!(close, k.len() - 1, "the tag must end at the last byte: {k}");
+    }
+
+    #[test]
+    fn record_keys_parse_back_to_their_identity() {
+        for (ns, scope, key) in [
+            ("oncely", "acct_1", "k-1"),
+            ("oncely", "a:b", "c"),
+            ("oncely", "a", "b:c"),
+            ("o{n}%", "te}n{ant%7D", "ke}y%"),
+            ("ns:x", "", "k"),
+        ] {
+            let want = id(scope, key);
+            let k = record_key(ns, &want);
+            assert_eq!(parse_record_key(ns, k.as_bytes()), Some(want), "{k}");
+        }
+        assert_eq!(parse_record_key("other", b"oncely:{1:a:b}"), None);
+        for bad in [
+            &b"oncely:{1:a:b"[..],
+            b"oncely:{9:a:b}",
+            b"oncely:{x:a:b}",
+            b"oncely:{1:ab}",
+            b"oncely:{1:%:b}",
+            b"oncely:{1:a:b}c}",
+            b"oncely:{1:a:}",
+            b"oncely:{1:a:\xff}",
+        ] {
+            assert_eq!(parse_record_key("oncely", bad), None, "{bad:?}");
+        }
     }
 
     #[test]

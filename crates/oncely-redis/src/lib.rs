@@ -45,13 +45,13 @@
 //!
 //! | field | meaning |
 //! |---|---|
-//! | `scope`, `key` | the identity, verbatim |
+//! | `scope`, `key` | the identity, verbatim: only in records written before issue 12 (the Redis key names it; both forms are read) |
 //! | `fp_v`, `fp` | fingerprint algorithm version (decimal) and 32-byte digest (raw bytes) |
 //! | `token` | the fencing token (decimal; +1 on every claim, never reset while the hash lives) |
 //! | `state` | `in_flight`, `complete` or `released` |
 //! | `lease`, `rp` | in flight: lease expiry (epoch ms) and recovery point (absent when none) |
 //! | `created`, `expires` | claim time and end of retention (epoch ms) |
-//! | `req` | the stored request (JSON, [`StoredRequest::encode`](oncely_core::StoredRequest::encode)); absent when none |
+//! | `req` | in flight: the stored request (JSON, [`StoredRequest::encode`](oncely_core::StoredRequest::encode)); absent when none, and deleted by complete and release |
 //! | `status`, `headers`, `body`, `retained`, `completed` | complete: the response (headers as JSON, body raw) and completion time (epoch ms) |
 //!
 //! Every write also sets the hash's Redis TTL to `expires - now`, so Redis deletes the record by

@@ -47,7 +47,9 @@ end
 /// The claim, exactly [`oncely_core::decide`] inside the server.
 ///
 /// `ARGV`: now, fingerprint version, digest, lease ms, replay window ms, retention ms, scope,
-/// key, encoded request (`''` for none).
+/// key, encoded request (`''` for none). The scope and the key are not stored (the Redis key
+/// names them; records written before issue 12 kept them as fields, which a claim drops when
+/// it rewrites the hash).
 ///
 /// Returns `{'claimed', token, lease_expires_at, kind, recovery_point|nil}`,
 /// `{'in_flight', lease_expires_at}`, `{'replay', status, headers, body, retained, completed_at}`,
@@ -100,7 +102,7 @@ local lease_at = now + lease
 local expires = now + retention
 if expires < lease_at then expires = lease_at end
 redis.call('DEL', k)
-local f = {'scope', ARGV[7], 'key', ARGV[8], 'fp_v', fp_v, 'fp', fp, 'token', int(token),
+local f = {'fp_v', fp_v, 'fp', fp, 'token', int(token),
   'state', 'in_flight', 'lease', int(lease_at), 'created', int(created), 'expires', int(expires)}
 if rp then f[#f + 1] = 'rp'; f[#f + 1] = rp end
 if req ~= '' then f[#f + 1] = 'req'; f[#f + 1] = req end
@@ -139,7 +141,8 @@ return {'ok'}
 );
 
 /// Complete. `ARGV`: now, token, status, headers (JSON), body, retained (`0`/`1`), retention ms.
-/// Returns `{'ok'}` or `{'fenced'}`.
+/// The stored request is dropped (only the completer reads it, and only from in-flight
+/// records). Returns `{'ok'}` or `{'fenced'}`.
 pub(crate) const COMPLETE: &str = concat!(
     prelude!(),
     r#"
@@ -147,7 +150,7 @@ local k = KEYS[1]
 if not owned(k, ARGV[2]) then return {'fenced'} end
 local now = now_ms()
 local expires = now + tonumber(ARGV[7])
-redis.call('HDEL', k, 'lease', 'rp')
+redis.call('HDEL', k, 'lease', 'rp', 'req')
 redis.call('HSET', k, 'state', 'complete', 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5],
   'retained', ARGV[6], 'completed', int(now), 'expires', int(expires))
 set_ttl(k, now, expires)
@@ -156,14 +159,15 @@ return {'ok'}
 );
 
 /// Release: the record becomes a tombstone that behaves as absent but keeps its token until
-/// retention ends. `ARGV`: now, token. Returns `{'ok'}` or `{'fenced'}`.
+/// retention ends; the stored request is dropped, as on completion. `ARGV`: now, token.
+/// Returns `{'ok'}` or `{'fenced'}`.
 pub(crate) const RELEASE: &str = concat!(
     prelude!(),
     r#"
 local k = KEYS[1]
 if not owned(k, ARGV[2]) then return {'fenced'} end
 local now = now_ms()
-redis.call('HDEL', k, 'lease', 'rp')
+redis.call('HDEL', k, 'lease', 'rp', 'req')
 redis.call('HSET', k, 'state', 'released')
 local expires = tonumber(redis.call('HGET', k, 'expires')) or now
 set_ttl(k, now, expires)

@@ -730,7 +730,7 @@ impl KeyStore for RedisStore {
         let fields: Fields = self
             .run(async move { redis::cmd("HGETALL").arg(key).query_async(&mut conn).await })
             .await?;
-        decode::record(&fields)
+        decode::record(&fields, Some(id))
     }
 
     /// Deletes up to `batch` records whose stored retention end is at or before "now", oldest
@@ -835,8 +835,9 @@ impl KeyStore for RedisStore {
                 .await?
         };
         let mut out = Vec::with_capacity(rows.len());
-        for fields in &rows {
-            if let Some(rec) = decode::record(fields)?
+        for ((_, k), fields) in lapsed.iter().zip(&rows) {
+            let id = keys::parse_record_key(&self.namespace, k);
+            if let Some(rec) = decode::record(fields, id.as_ref())?
                 && let RecordState::InFlight {
                     lease_expires_at, ..
                 } = rec.state

@@ -20,3 +20,30 @@ async fn make(clock: ManualClock) -> Option<RedisStore> {
 }
 
 oncely_core::conformance_tests!(make);
+
+/// A record written before responses kept trailers (its `headers` field in the oldest form)
+/// still replays; a gRPC response keeps its trailers.
+#[tokio::test]
+async fn legacy_headers_field_still_replays() {
+    let Some(store) = make(ManualClock::starting_now()).await else {
+        return;
+    };
+    let url = common::redis_url().expect("set when the store was made");
+    let client = redis::Client::open(url.split('?').next().unwrap_or(&url)).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    oncely_core::conformance::legacy_record_still_replays(
+        &store,
+        async |id: &oncely_core::RecordKey, column: Vec<u8>| {
+            let written: i64 = redis::cmd("HSET")
+                .arg(store.key_of(id))
+                .arg("headers")
+                .arg(column)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // 0: the field existed and was overwritten.
+            assert_eq!(written, 0);
+        },
+    )
+    .await;
+}

@@ -23,6 +23,7 @@
 //!     headers: vec![("content-type".into(), b"application/json".to_vec())],
 //!     body: br#"{"id":"pay_1"}"#.to_vec(),
 //!     body_retained: true,
+//!     trailers: vec![],
 //! };
 //! // The payment row and the stored response commit as one unit (case S8).
 //! phase.complete(response, Duration::from_secs(72 * 3600)).await?;

@@ -39,7 +39,7 @@ pub(crate) fn decode_record(row: &SqliteRow) -> Result<Record, StoreError> {
                 .ok_or_else(|| corrupt(&format!("invalid status {status}")))?;
             let headers = col::<Option<Vec<u8>>>(row, "response_headers")?
                 .ok_or_else(|| corrupt("complete without headers"))?;
-            let headers = StoredResponse::decode_headers(&headers)
+            let (headers, trailers) = StoredResponse::decode_header_fields(&headers)
                 .map_err(|e| corrupt(&format!("headers: {e}")))?;
             let body_retained = match col::<Option<i64>>(row, "response_body_retained")? {
                 Some(0) => false,
@@ -53,6 +53,7 @@ pub(crate) fn decode_record(row: &SqliteRow) -> Result<Record, StoreError> {
                     // A zero-length body may come back as NULL: both are the empty body.
                     body: col::<Option<Vec<u8>>>(row, "response_body")?.unwrap_or_default(),
                     body_retained,
+                    trailers,
                 },
                 completed_at: col::<Option<i64>>(row, "completed_at")?
                     .ok_or_else(|| corrupt("complete without completed_at"))?,

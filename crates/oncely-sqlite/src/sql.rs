@@ -48,16 +48,18 @@ pub(crate) const CHECKPOINT: &str = "UPDATE oncely_idempotency_keys \
      WHERE scope = ?3 AND key = ?4 AND token = ?5 AND state = 'in_flight'";
 
 /// Store the response. `?1` status, `?2` headers, `?3` body, `?4` body retained (0/1), `?5`
-/// completed at, `?6` expires at, `?7` scope, `?8` key, `?9` token.
+/// completed at, `?6` expires at, `?7` scope, `?8` key, `?9` token. The stored request is
+/// dropped: only the completer reads it, and only from in-flight records.
 pub(crate) const COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'complete', \
-     lease_expires_at = NULL, recovery_point = NULL, response_status = ?1, \
+     lease_expires_at = NULL, recovery_point = NULL, request = NULL, response_status = ?1, \
      response_headers = ?2, response_body = ?3, response_body_retained = ?4, \
      completed_at = ?5, expires_at = ?6 \
      WHERE scope = ?7 AND key = ?8 AND token = ?9 AND state = 'in_flight'";
 
-/// Release the key (a tombstone that keeps the token). `?1` scope, `?2` key, `?3` token.
+/// Release the key (a tombstone that keeps the token; the stored request is dropped, as on
+/// completion). `?1` scope, `?2` key, `?3` token.
 pub(crate) const RELEASE: &str = "UPDATE oncely_idempotency_keys SET state = 'released', \
-     lease_expires_at = NULL, recovery_point = NULL \
+     lease_expires_at = NULL, recovery_point = NULL, request = NULL \
      WHERE scope = ?1 AND key = ?2 AND token = ?3 AND state = 'in_flight'";
 
 /// One bounded reaper batch, oldest expiry first, through the `expires_at` index; returns the

@@ -242,6 +242,7 @@ async fn checkpoint_then_takeover_resumes_at_the_recovery_point() {
         headers: vec![("content-type".into(), b"application/json".to_vec())],
         body: br#"{"id":"pay_multi"}"#.to_vec(),
         body_retained: true,
+        trailers: Vec::new(),
     };
     last.complete(response.clone(), RETENTION).await.unwrap();
     match store.claim(claim_req(&id, "{}")).await.unwrap() {

@@ -560,3 +560,24 @@ async fn reaper_clears_a_large_backlog_while_claims_continue() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A record written before responses kept trailers (its headers column in the oldest form)
+/// still replays; a gRPC response keeps its trailers.
+#[tokio::test]
+async fn legacy_headers_column_still_replays() {
+    let t = TempStore::open(ManualClock::starting_now()).await;
+    let pool = t.store.pool().clone();
+    oncely_core::conformance::legacy_record_still_replays(&t.store, async |id: &RecordKey, column: Vec<u8>| {
+        let done = sqlx::query(
+            "UPDATE oncely_idempotency_keys SET response_headers = ?1 WHERE scope = ?2 AND key = ?3",
+        )
+        .bind(column)
+        .bind(id.scope.as_str())
+        .bind(id.key.as_str())
+        .execute(&pool)
+        .await
+        .unwrap();
+        assert_eq!(done.rows_affected(), 1);
+    })
+    .await;
+}

@@ -2,8 +2,9 @@
 //!
 //! # What is stored
 //!
-//! The status, the headers that describe the representation, and the body bytes, so that the
-//! replay is indistinguishable from the original on the wire. The allowlist is every
+//! The status, the headers that describe the representation, the body bytes and the trailers
+//! (gRPC's `grpc-status`, `grpc-message` and `grpc-status-details-bin` travel there), so that
+//! the replay is indistinguishable from the original on the wire. The allowlist is every
 //! end-to-end header; a fixed denylist always drops:
 //!
 //! - credentials and session state: `Set-Cookie`, `Authorization`, `Proxy-Authorization`,
@@ -15,7 +16,8 @@
 //!   and `Date` (the time of the replay, RFC 9110 section 6.6.1);
 //! - `Idempotent-Replayed` itself (the layer adds it to every replay).
 //!
-//! Multi-valued headers are kept as repeated entries, in the order they were sent.
+//! Multi-valued headers are kept as repeated entries, in the order they were sent. Trailers go
+//! through the same filter and come back, in order, as the replay's trailers.
 //!
 //! # Size limit and streaming bodies
 //!
@@ -87,6 +89,7 @@ pub fn stored_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> 
         headers: filter_headers(headers),
         body: body.to_vec(),
         body_retained: true,
+        trailers: Vec::new(),
     }
 }
 
@@ -107,12 +110,16 @@ pub async fn capture_response(
     let captured = capture(body, limit).await;
     let failed = matches!(captured, Captured::Failed { .. });
     let stored = match &captured {
-        Captured::Complete { data, .. } => stored_response(parts.status, &parts.headers, data),
+        Captured::Complete { data, trailers } => StoredResponse {
+            trailers: trailers.as_ref().map(filter_headers).unwrap_or_default(),
+            ..stored_response(parts.status, &parts.headers, data)
+        },
         Captured::Overflow { .. } | Captured::Failed { .. } => StoredResponse {
             status: parts.status.as_u16(),
             headers: filter_headers(&parts.headers),
             body: Vec::new(),
             body_retained: false,
+            trailers: Vec::new(),
         },
     };
     (
@@ -144,29 +151,45 @@ pub(crate) fn filter_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// The response a replay of `stored` sends: its status, headers and body verbatim, plus
-/// `Idempotent-Replayed: true`. The caller must check `body_retained` first.
+/// The response a replay of `stored` sends: its status, headers, body and trailers verbatim,
+/// plus `Idempotent-Replayed: true`. The caller must check `body_retained` first.
 pub(crate) fn replay_response(stored: &StoredResponse) -> Response<Body> {
-    let body = Full::new(Bytes::from(stored.body.clone()))
-        .map_err(|never| match never {})
-        .boxed_unsync();
+    let body = if stored.trailers.is_empty() {
+        Full::new(Bytes::from(stored.body.clone()))
+            .map_err(|never| match never {})
+            .boxed_unsync()
+    } else {
+        Body::new(CapturedBody {
+            prefix: Some(Bytes::from(stored.body.clone())),
+            rest: None,
+            error: None,
+            trailers: Some(header_map(&stored.trailers)),
+        })
+    };
     let mut res = Response::new(body);
     *res.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     let headers = res.headers_mut();
-    for (name, value) in &stored.headers {
-        // A stored header that no longer parses (a corrupt record) is skipped, not fatal.
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_bytes(value),
-        ) {
-            headers.append(n, v);
-        }
-    }
+    *headers = header_map(&stored.headers);
     headers.insert(
         HeaderName::from_static(IDEMPOTENT_REPLAYED),
         HeaderValue::from_static("true"),
     );
     res
+}
+
+/// Stored `(name, value)` pairs as a header map, in order. A stored header that no longer parses
+/// (a corrupt record) is skipped, not fatal.
+fn header_map(pairs: &[(String, Vec<u8>)]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(pairs.len());
+    for (name, value) in pairs {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
 }
 
 /// The result of reading a response body up to the limit.
@@ -394,11 +417,51 @@ mod tests {
             headers: vec![("x-m".into(), b"1".to_vec()), ("x-m".into(), b"2".to_vec())],
             body: b"{}".to_vec(),
             body_retained: true,
+            trailers: Vec::new(),
         };
         let r = replay_response(&s);
         assert_eq!(r.status(), 201);
         let vals: Vec<_> = r.headers().get_all("x-m").iter().collect();
         assert_eq!(vals, vec!["1", "2"]);
         assert_eq!(r.headers()[IDEMPOTENT_REPLAYED], "true");
+    }
+
+    #[tokio::test]
+    async fn trailers_are_captured_and_replayed_in_order() {
+        let mut t = HeaderMap::new();
+        t.append("grpc-status", HeaderValue::from_static("3"));
+        t.append("grpc-message", HeaderValue::from_static("bad%20id"));
+        t.append("x-t", HeaderValue::from_static("1"));
+        t.append("x-t", HeaderValue::from_static("2"));
+        let frames = vec![
+            Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"\0\0\0\0\x01a"))),
+            Ok(Frame::trailers(t.clone())),
+        ];
+        let body = Body::new(http_body_util::StreamBody::new(futures::stream::iter(
+            frames,
+        )));
+        let (sent, stored, failed) = capture_response(Response::new(body), 1024).await;
+        assert!(!failed);
+        let want: Vec<(String, Vec<u8>)> = [
+            ("grpc-status", "3"),
+            ("grpc-message", "bad%20id"),
+            ("x-t", "1"),
+            ("x-t", "2"),
+        ]
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec()))
+        .collect();
+        assert_eq!(stored.trailers, want);
+        // The first caller gets the trailers too.
+        let first = sent.into_body().collect().await.unwrap();
+        assert_eq!(first.trailers(), Some(&t));
+        // And so does the replay, after the same bytes.
+        let replay = replay_response(&stored)
+            .into_body()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(replay.trailers(), Some(&t));
+        assert_eq!(&replay.to_bytes()[..], b"\0\0\0\0\x01a");
     }
 }

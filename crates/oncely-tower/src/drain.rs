@@ -32,10 +32,10 @@
 //! # }
 //! ```
 
-use crate::problem::{custom_problem, problem_response};
+use crate::problem::custom_problem;
 use crate::{Body, layer::Config};
 use http::Response;
-use http::header::{CONNECTION, HeaderValue, RETRY_AFTER};
+use http::header::{CONNECTION, HeaderValue};
 use oncely_core::{FencingToken, KeyStore, RecordKey, StoreError};
 use std::collections::HashMap;
 use std::fmt;
@@ -198,7 +198,10 @@ impl Drain {
     }
 
     /// The answer to a keyed request that arrives while draining.
-    pub(crate) fn shutting_down(retry_after_secs: u64) -> Response<Body> {
+    pub(crate) fn shutting_down(
+        dialect: &dyn crate::Dialect,
+        retry_after_secs: u64,
+    ) -> Response<Body> {
         let mut p = custom_problem(
             503,
             "server_shutting_down",
@@ -206,10 +209,9 @@ impl Drain {
             "this server instance is shutting down and did not run the request; retry the same request with the same key",
         );
         p.retryable = true;
-        let mut res = problem_response(&p, Some(retry_after_secs.max(1)));
+        let mut res = dialect.render(&p, Some(retry_after_secs.max(1)));
         res.headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
-        debug_assert!(res.headers().contains_key(RETRY_AFTER));
         res
     }
 }

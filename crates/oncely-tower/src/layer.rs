@@ -37,6 +37,7 @@ pub(crate) struct Config {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) drain: Arc<crate::drain::DrainState>,
+    pub(crate) dialect: Arc<dyn crate::Dialect>,
 }
 
 /// The idempotency middleware as a [`tower::Layer`]: wraps a service in [`Idempotency`].
@@ -101,6 +102,7 @@ impl IdempotencyLayer {
                 clock: Arc::new(SystemClock),
                 metrics: Arc::new(Metrics::default()),
                 drain: Arc::default(),
+                dialect: Arc::new(crate::ProblemJson),
             },
         }
     }
@@ -174,6 +176,14 @@ impl IdempotencyLayer {
     /// Where this layer reads the key.
     pub fn key_source(&self) -> &KeySource {
         &self.config.key_source
+    }
+
+    /// Replaces how answers are said and responses judged (default [`ProblemJson`](crate::ProblemJson):
+    /// RFC 9457 problem details and the HTTP status). The `oncely-grpc` crate sets its gRPC
+    /// dialect here.
+    pub fn with_dialect(mut self, d: impl crate::Dialect) -> Self {
+        self.config.dialect = Arc::new(d);
+        self
     }
 
     /// Sets the longest wait for one store call (default 5 seconds). A claim slower than this

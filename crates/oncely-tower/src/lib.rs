@@ -103,6 +103,7 @@ pub mod capture;
 pub mod claimer;
 mod config;
 pub mod context;
+pub mod dialect;
 pub mod drain;
 mod future;
 pub mod key_source;
@@ -119,6 +120,7 @@ pub use config::{DefaultKeyRule, ExtensionScope, KeyRequirement, KeyRule, ScopeE
 #[cfg(feature = "axum")]
 pub use context::MissingIdempotencyContext;
 pub use context::{HandlerOutcome, IdempotencyContext};
+pub use dialect::{Dialect, ProblemJson};
 pub use drain::Drain;
 pub use future::ResponseFuture;
 pub use key_source::{InvalidKeySource, KeySource};

@@ -46,15 +46,17 @@ pub fn problem_response(problem: &Problem, retry_after_secs: Option<u64>) -> Res
     res
 }
 
-/// A problem for one of the codes, under a profile. Retryable codes carry `Retry-After`.
+/// A problem for one of the codes, under a profile, as `dialect` says it. Retryable codes
+/// carry `Retry-After`.
 pub(crate) fn code_response(
+    dialect: &dyn crate::Dialect,
     code: ErrorCode,
     profile: StatusProfile,
     detail: impl Into<String>,
     retry_after_secs: u64,
 ) -> Response<Body> {
     let retry = code.retryable().then_some(retry_after_secs);
-    problem_response(&Problem::new(code, profile, detail), retry)
+    dialect.render(&Problem::new(code, profile, detail), retry)
 }
 
 /// A problem outside the core's codes (the request body could not be read, the layer is
@@ -69,7 +71,13 @@ mod tests {
 
     #[tokio::test]
     async fn renders_json_body_and_retry_after_only_for_retryable_codes() {
-        let res = code_response(ErrorCode::KeyMismatch, StatusProfile::Resend, "d", 7);
+        let res = code_response(
+            &crate::ProblemJson,
+            ErrorCode::KeyMismatch,
+            StatusProfile::Resend,
+            "d",
+            7,
+        );
         assert_eq!(res.status(), 409);
         assert!(res.headers().get(RETRY_AFTER).is_none());
         assert_eq!(res.headers()[X_SHOULD_RETRY], "false");
@@ -79,7 +87,13 @@ mod tests {
         assert_eq!(v["status"], 409);
         assert_eq!(v["retryable"], false);
 
-        let res = code_response(ErrorCode::StoreUnavailable, StatusProfile::Ietf, "d", 7);
+        let res = code_response(
+            &crate::ProblemJson,
+            ErrorCode::StoreUnavailable,
+            StatusProfile::Ietf,
+            "d",
+            7,
+        );
         assert_eq!(res.status(), 503);
         assert_eq!(res.headers()[RETRY_AFTER], "7");
         assert_eq!(res.headers()[X_SHOULD_RETRY], "true");

@@ -38,7 +38,7 @@ use crate::future::ResponseFuture;
 use crate::key_source::BodyKeyError;
 use crate::layer::Config;
 use crate::metrics::Counter;
-use crate::problem::{code_response, custom_problem, problem_response};
+use crate::problem::{code_response, custom_problem};
 use crate::{Body, BoxError, IDEMPOTENT_REPLAYED};
 use bytes::{Buf, Bytes};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -224,6 +224,7 @@ where
     let (mut parts, body) = req.into_parts();
     let Some(scope) = config.scope.scope(&parts) else {
         return Ok(code_response(
+            &*config.dialect,
             ErrorCode::ScopeMissing,
             policy.profile,
             "the caller is not authenticated, so the idempotency key cannot be scoped",
@@ -249,6 +250,7 @@ where
             Err(BodyKeyError::NotAString(kind)) => {
                 config.metrics.inc(Counter::key_invalid);
                 return Ok(code_response(
+                    &*config.dialect,
                     ErrorCode::KeyInvalid,
                     policy.profile,
                     format!(
@@ -261,6 +263,7 @@ where
             Err(BodyKeyError::NotIJson(why)) => {
                 config.metrics.inc(Counter::body_not_canonicalizable);
                 return Ok(code_response(
+                    &*config.dialect,
                     ErrorCode::BodyNotCanonicalizable,
                     policy.profile,
                     format!(
@@ -304,6 +307,7 @@ where
             config.metrics.inc(Counter::body_not_canonicalizable);
             let e: FingerprintError = e;
             return Ok(code_response(
+                &*config.dialect,
                 ErrorCode::BodyNotCanonicalizable,
                 policy.profile,
                 format!(
@@ -334,7 +338,10 @@ where
 
     let id = RecordKey::new(scope, key);
     if config.drain.is_draining() {
-        return Ok(Drain::shutting_down(policy.retry_after_secs));
+        return Ok(Drain::shutting_down(
+            &*config.dialect,
+            policy.retry_after_secs,
+        ));
     }
     let claim = ClaimRequest {
         id: id.clone(),
@@ -404,6 +411,7 @@ fn key_refused(config: &Config, method: &http::Method, path: &str, e: &KeyError)
             format!("{method} {path} reads its idempotency key from {source}, and it is missing")
         };
         return code_response(
+            &*config.dialect,
             ErrorCode::KeyMissing,
             policy.profile,
             detail,
@@ -412,6 +420,7 @@ fn key_refused(config: &Config, method: &http::Method, path: &str, e: &KeyError)
     }
     config.metrics.inc(Counter::key_invalid);
     code_response(
+        &*config.dialect,
         ErrorCode::KeyInvalid,
         policy.profile,
         format!(
@@ -452,6 +461,7 @@ where
     let max = config.policy.max_request_bytes;
     let too_large = || {
         code_response(
+            &*config.dialect,
             ErrorCode::RequestTooLarge,
             config.policy.profile,
             format!("the request body is larger than {max} bytes, the most this route buffers"),
@@ -477,7 +487,7 @@ where
                 "Request body unreadable",
                 "the request body could not be read completely; nothing was executed",
             );
-            Err(problem_response(&p, None))
+            Err(config.dialect.render(&p, None))
         }
     }
 }
@@ -501,6 +511,7 @@ async fn timed<T>(
 
 fn unavailable(config: &Config) -> Response<Body> {
     code_response(
+        &*config.dialect,
         ErrorCode::StoreUnavailable,
         config.policy.profile,
         format!(
@@ -514,6 +525,7 @@ fn unavailable(config: &Config) -> Response<Body> {
 fn mismatch(config: &Config) -> Response<Body> {
     config.metrics.inc(Counter::mismatches);
     code_response(
+        &*config.dialect,
         ErrorCode::KeyMismatch,
         config.policy.profile,
         "this Idempotency-Key was already used for a different request (method, path, query, media type or body); use a new key for a new request",
@@ -527,6 +539,7 @@ fn replay(config: &Config, stored: &StoredResponse) -> Response<Body> {
         return replay_response(stored);
     }
     let mut res = code_response(
+        &*config.dialect,
         ErrorCode::ResponseNotRetained,
         config.policy.profile,
         format!(
@@ -591,6 +604,7 @@ async fn in_flight(
         return accepted(id, &url, retry_after);
     }
     code_response(
+        &*config.dialect,
         ErrorCode::RequestInFlight,
         config.policy.profile,
         format!(
@@ -761,7 +775,10 @@ where
         if ctx.progress.as_ref().is_none_or(|p| p.committed()) {
             release(config, ctx).await;
         }
-        return Ok(Drain::shutting_down(config.policy.retry_after_secs));
+        return Ok(Drain::shutting_down(
+            &*config.dialect,
+            config.policy.retry_after_secs,
+        ));
     }
     let heartbeat = Beat::start(config, ctx);
     let res = match call_boxed(&mut inner, req).await {
@@ -777,7 +794,11 @@ where
     };
     let (parts, body) = res.into_parts();
     let body = box_bytes_body(body);
-    let status = parts.status;
+    // What the store policy judges: the HTTP status, or what the dialect reads from the head
+    // (a gRPC status sent in the headers); asked again with the trailers below.
+    let status = config
+        .dialect
+        .effective_status(parts.status, &parts.headers, &[]);
     if let Some(progress) = &ctx.progress {
         heartbeat.stop().await;
         if let Some(replaced) = transactional_end(config, ctx, progress.as_ref(), status).await {
@@ -814,6 +835,15 @@ where
     .await;
     // Stop renewing before completing: a renew racing the completion would be fenced.
     heartbeat.stop().await;
+    let status = config
+        .dialect
+        .effective_status(res.status(), res.headers(), &stored.trailers);
+    if !config.policy.store_policy.stores(status.as_u16(), false) {
+        // Only known from the trailers (a gRPC status sent after the messages): a status the
+        // policy does not keep releases the key, as it would have before the body.
+        release(config, ctx).await;
+        return Ok(res);
+    }
     if !stored.body_retained {
         config.metrics.inc(Counter::not_retained);
     }
@@ -871,7 +901,7 @@ async fn transactional_end(
             "Handler did not commit",
             "the server answered success without committing this request's transaction, so nothing of its last step was kept (a server bug); retry with the same key",
         );
-        problem_response(&p, None)
+        config.dialect.render(&p, None)
     })
 }
 

@@ -499,7 +499,23 @@ async fn credentials_never_enter_the_fingerprint_but_configured_headers_do() {
         http::HeaderName::from_static("x-api-version"),
         http::header::AUTHORIZATION, // ignored: credentials never take part
     ]);
-    let app = app(layer, counting_routes(calls.clone()));
+    // The handler reads its own record while it runs: the stored request lives only while the
+    // record is in flight (completion drops it).
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let (c, s) = (calls.clone(), seen.clone());
+    let routes = Router::new().route(
+        "/v1/orders",
+        post(move |ctx: IdempotencyContext| {
+            let (c, s) = (c.clone(), s.clone());
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                let rec = ctx.store.get(&ctx.id).await.unwrap().unwrap();
+                *s.lock().unwrap() = rec.request;
+                (StatusCode::CREATED, "created")
+            }
+        }),
+    );
+    let app = app(layer, routes);
     let req = |auth: &str, version: &str| {
         let mut r = post_req("/v1/orders?expand=items", "a", Some("k"), r#"{"x":1}"#);
         r.headers_mut()
@@ -518,15 +534,7 @@ async fn credentials_never_enter_the_fingerprint_but_configured_headers_do() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     // The stored request, for the completer: never the credential.
-    let rec = store
-        .get(&RecordKey::new(
-            Scope::new("a"),
-            IdempotencyKey::new("k").unwrap(),
-        ))
-        .await
-        .unwrap()
-        .unwrap();
-    let stored = rec.request.unwrap();
+    let stored = seen.lock().unwrap().take().expect("stored while in flight");
     assert_eq!(stored.method, "POST");
     assert_eq!(stored.uri, "/v1/orders?expand=items");
     assert_eq!(stored.body, br#"{"x":1}"#.to_vec());
@@ -537,6 +545,16 @@ async fn credentials_never_enter_the_fingerprint_but_configured_headers_do() {
             ("x-api-version".to_owned(), b"2024-01-01".to_vec()),
         ]
     );
+    // Once complete, the record keeps no request.
+    let rec = store
+        .get(&RecordKey::new(
+            Scope::new("a"),
+            IdempotencyKey::new("k").unwrap(),
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((rec.state_name(), rec.request), ("complete", None));
 }
 
 #[tokio::test]
@@ -959,6 +977,7 @@ async fn every_claim_outcome_is_mapped() {
         headers: vec![("x-a".into(), b"1".to_vec()), ("x-a".into(), b"2".to_vec())],
         body: b"stored".to_vec(),
         body_retained: true,
+        trailers: Vec::new(),
     };
     let (got, calls, _, _) = run(ClaimOutcome::Replay {
         response: stored.clone(),

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 /// The recovery points the server is killed after, in the order a payment reaches them.
-const POINTS: [&str; 4] = [
+pub const POINTS: [&str; 4] = [
     "payment_recorded",
     "charge_created",
     "receipt_sent",

@@ -10,7 +10,9 @@
 //! 3. **Fleet** ([`fleet`]): retrying clients (the Oncely SDK) through a proxy that drops
 //!    responses after the side effect and answers `503` with `Retry-After`, while the API server
 //!    is killed and restarted mid-run -> the number of duplicate side effects, which must be 0.
-//! 4. **Webhook** ([`webhook`]): the processor's signed events delivered 50 times at once and
+//! 4. **gRPC concurrency** and 5. **gRPC crash recovery** ([`grpc`]): gates 1 and 2 through the
+//!    gRPC Payments service (`CreatePayment`, same port), with tonic's client.
+//! 6. **Webhook** ([`webhook`]): the processor's signed events delivered 50 times at once and
 //!    redelivered after a receiver was SIGKILLed right after applying one -> each event applied
 //!    exactly once.
 //!
@@ -26,6 +28,7 @@
 //! | [`env`](mod@env) | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
 //! | [`http`] | the requests the gates make and what they keep of a response |
 //! | [`concurrency`], [`crash`], [`fleet`], [`webhook`] | one gate each |
+//! | [`grpc`] | the concurrency and crash gates over gRPC, a file each |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |
 //! | [`child`], [`proxy`] | child processes; the fault-injecting proxy of the fleet gate |
 //!
@@ -40,6 +43,7 @@ mod concurrency;
 mod crash;
 mod env;
 mod fleet;
+mod grpc;
 mod http;
 mod proxy;
 mod report;
@@ -106,13 +110,24 @@ pub enum Gate {
     Crash,
     /// Retrying SDK clients through injected faults and a killed server ([`fleet`]).
     Fleet,
+    /// N concurrent identical gRPC calls on one key ([`grpc::concurrency`]).
+    GrpcConcurrency,
+    /// SIGKILL after each recovery point, restart, retry over gRPC ([`grpc::crash`]).
+    GrpcCrash,
     /// Concurrent and post-crash redeliveries of webhook events ([`webhook`]).
     Webhook,
 }
 
 impl Gate {
     /// Every gate, in the order they run.
-    pub const ALL: [Self; 4] = [Self::Concurrency, Self::Crash, Self::Fleet, Self::Webhook];
+    pub const ALL: [Self; 6] = [
+        Self::Concurrency,
+        Self::Crash,
+        Self::Fleet,
+        Self::GrpcConcurrency,
+        Self::GrpcCrash,
+        Self::Webhook,
+    ];
 
     /// The name `--only` takes.
     pub fn name(self) -> &'static str {
@@ -120,6 +135,8 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash",
             Self::Fleet => "fleet",
+            Self::GrpcConcurrency => "grpc-concurrency",
+            Self::GrpcCrash => "grpc-crash",
             Self::Webhook => "webhook",
         }
     }
@@ -130,6 +147,8 @@ impl Gate {
             Self::Concurrency => "concurrency",
             Self::Crash => "crash recovery",
             Self::Fleet => "fleet",
+            Self::GrpcConcurrency => "grpc concurrency",
+            Self::GrpcCrash => "grpc crash recovery",
             Self::Webhook => "webhook",
         }
     }
@@ -150,6 +169,8 @@ impl Gate {
             Self::Concurrency => concurrency::run(env, cfg).await,
             Self::Crash => crash::run(env, cfg).await,
             Self::Fleet => fleet::run(env, cfg).await,
+            Self::GrpcConcurrency => grpc::concurrency::run(env, cfg).await,
+            Self::GrpcCrash => grpc::crash::run(env, cfg).await,
             Self::Webhook => webhook::run(env, cfg).await,
         }
     }

@@ -70,11 +70,11 @@ impl Report {
             );
         } else {
             println!();
-            println!("{:<16} {:<6} measured", "gate", "result");
-            println!("{:<16} {:<6} --------", "----", "------");
+            println!("{:<19} {:<6} measured", "gate", "result");
+            println!("{:<19} {:<6} --------", "----", "------");
             for r in &results {
                 println!(
-                    "{:<16} {:<6} {}",
+                    "{:<19} {:<6} {}",
                     r.name,
                     if r.passed { "PASS" } else { "FAIL" },
                     r.summary

@@ -1,4 +1,4 @@
-//! Gate 4, webhook: the processor's signed `charge.succeeded` events, delivered at least once,
+//! Gate 6, webhook: the processor's signed `charge.succeeded` events, delivered at least once,
 //! are applied exactly once each by `POST /webhooks/processor` (counted as rows of the applied
 //! events: one per application).
 //!

@@ -11,6 +11,7 @@
 //! | [`db`] | the business tables (payments, orders): schema, reads, the writes inside a phase |
 //! | [`app`] | the shared state: store, database, outside calls, crash points, counters |
 //! | [`router`] | every route, the layer over the writes, the middleware order |
+//! | [`grpc`] | the Payments API over gRPC on the same port (`CreatePayment` with the REST flow's business function, `GetPayment`) |
 //! | [`auth`] | `Authorization: Bearer <account>` -> the scope |
 //! | [`routes`] | one file per resource: [`routes::payments`] (the payment flow, top to bottom), [`routes::orders`], [`routes::reads`], [`routes::keys`], [`routes::webhooks`] (the webhook receiver) |
 //! | [`problems`] | the problem+json answers, `404`/`405` for what is not a route |
@@ -21,6 +22,7 @@
 pub mod app;
 pub mod auth;
 pub mod db;
+pub mod grpc;
 pub mod health;
 pub mod metrics;
 pub mod openapi;

@@ -9,7 +9,7 @@
 use super::db::BusinessDb;
 use super::routes::{keys, orders, payments, reads, webhooks};
 use super::store::Backend;
-use super::{App, auth, health, metrics, openapi, problems, should_retry};
+use super::{App, auth, grpc, health, metrics, openapi, problems, should_retry};
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
@@ -19,40 +19,15 @@ use axum::{Json, Router};
 use oncely_core::{IdempotencyKey, Policy, RecordKey, Scope};
 use oncely_tower::{IdempotencyLayer, KeySource, StandardWebhooksLayer};
 
-/// A set of transactional routes whose handlers run on store type `S`.
-trait RouteSet {
-    fn routes<S>() -> Router<App>
-    where
-        S: oncely_sqlx::SqlStore,
-        S::Database: BusinessDb;
-}
-
-/// The write routes, keyed by `Idempotency-Key`.
-struct Writes;
-
-impl RouteSet for Writes {
-    fn routes<S>() -> Router<App>
-    where
-        S: oncely_sqlx::SqlStore,
-        S::Database: BusinessDb,
-    {
-        Router::new()
-            .route("/v1/payments", post(payments::create_payment::<S>))
-            .route("/v1/orders", post(orders::create_order::<S>))
-    }
-}
-
-/// The webhook receiver, keyed by `webhook-id`.
-struct Receivers;
-
-impl RouteSet for Receivers {
-    fn routes<S>() -> Router<App>
-    where
-        S: oncely_sqlx::SqlStore,
-        S::Database: BusinessDb,
-    {
-        Router::new().route(webhooks::PATH, post(webhooks::receive::<S>))
-    }
+/// The write routes, with handlers whose transactions run on store type `S`.
+fn write_routes<S>() -> Router<App>
+where
+    S: oncely_sqlx::SqlStore,
+    S::Database: BusinessDb,
+{
+    Router::new()
+        .route("/v1/payments", post(payments::create_payment::<S>))
+        .route("/v1/orders", post(orders::create_order::<S>))
 }
 
 /// `serve --idempotency off`: the same handlers on a plain transaction, with no claim.
@@ -82,44 +57,85 @@ async fn unclaimed<DB: sqlx::Database>(
     next.run(req).await
 }
 
-/// The routes of `R` over `backend`: behind `layer` (the idempotency layer made for that
+/// The write routes over `backend`: behind `layer` (the idempotency layer made for that
 /// backend's store), or, without one, on plain transactions (the benchmark baseline).
-fn over<R: RouteSet>(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
+fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
     use oncely_sqlx::unclaimed::UnclaimedStore;
-    fn plain<R: RouteSet, DB>(pool: sqlx::Pool<DB>) -> Router<App>
+    fn plain<DB>(pool: sqlx::Pool<DB>) -> Router<App>
     where
         DB: sqlx::Database + BusinessDb,
     {
-        R::routes::<UnclaimedStore<DB>>()
+        write_routes::<UnclaimedStore<DB>>()
+            .merge(grpc::routes::<UnclaimedStore<DB>>())
             .route_layer(middleware::from_fn_with_state(pool, unclaimed::<DB>))
     }
-    match (backend, layer) {
-        (Backend::Sqlite(_), Some(l)) => R::routes::<oncely_sqlite::SqliteStore>().route_layer(l),
-        #[cfg(feature = "postgres")]
-        (Backend::Postgres(_), Some(l)) => {
-            R::routes::<oncely_postgres::PostgresStore>().route_layer(l)
-        }
-        (Backend::Split(_), Some(l)) => {
-            R::routes::<oncely_sqlx::Split<sqlx::Sqlite>>().route_layer(l)
-        }
-        (Backend::Sqlite(s), None) => plain::<R, _>(s.pool().clone()),
-        #[cfg(feature = "postgres")]
-        (Backend::Postgres(s), None) => plain::<R, _>(s.pool().clone()),
-        (Backend::Split(s), None) => plain::<R, _>(s.pool().clone()),
+    // REST behind the layer, gRPC behind its gRPC form: one store, one set of metrics.
+    fn layered<S>(l: IdempotencyLayer) -> Router<App>
+    where
+        S: oncely_sqlx::SqlStore,
+        S::Database: BusinessDb,
+    {
+        write_routes::<S>()
+            .route_layer(l.clone())
+            .merge(grpc::routes::<S>().route_layer(grpc::layer(l)))
     }
+    match (backend, layer) {
+        (Backend::Sqlite(_), Some(l)) => layered::<oncely_sqlite::SqliteStore>(l),
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres(_), Some(l)) => layered::<oncely_postgres::PostgresStore>(l),
+        (Backend::Split(_), Some(l)) => layered::<oncely_sqlx::Split<sqlx::Sqlite>>(l),
+        (Backend::Sqlite(s), None) => plain(s.pool().clone()),
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres(s), None) => plain(s.pool().clone()),
+        (Backend::Split(s), None) => plain(s.pool().clone()),
+    }
+}
+
+/// The webhook receiver, with a handler whose transaction runs on store type `S`.
+fn receiver_routes<S>() -> Router<App>
+where
+    S: oncely_sqlx::SqlStore,
+    S::Database: BusinessDb,
+{
+    Router::new().route(webhooks::PATH, post(webhooks::receive::<S>))
 }
 
 /// The webhook receiver over `backend`: the signature verified first (outermost, before any
 /// claim; the sender becomes the scope), then the API's layer keyed on `webhook-id` (a clone:
-/// it shares the store, the metrics and the graceful shutdown).
+/// it shares the store, the metrics and the graceful shutdown), or, without one, a plain
+/// transaction (the benchmark baseline).
 fn receivers(
     backend: &Backend,
     layer: Option<IdempotencyLayer>,
     verify: StandardWebhooksLayer,
 ) -> Router<App> {
+    use oncely_sqlx::unclaimed::UnclaimedStore;
+    fn plain<DB>(pool: sqlx::Pool<DB>) -> Router<App>
+    where
+        DB: sqlx::Database + BusinessDb,
+    {
+        receiver_routes::<UnclaimedStore<DB>>()
+            .route_layer(middleware::from_fn_with_state(pool, unclaimed::<DB>))
+    }
     let webhook_id = KeySource::header(standardwebhooks::HEADER_WEBHOOK_ID)
         .expect("webhook-id is a header name");
-    over::<Receivers>(backend, layer.map(|l| l.with_key_source(webhook_id))).route_layer(verify)
+    let routes = match (backend, layer.map(|l| l.with_key_source(webhook_id))) {
+        (Backend::Sqlite(_), Some(l)) => {
+            receiver_routes::<oncely_sqlite::SqliteStore>().route_layer(l)
+        }
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres(_), Some(l)) => {
+            receiver_routes::<oncely_postgres::PostgresStore>().route_layer(l)
+        }
+        (Backend::Split(_), Some(l)) => {
+            receiver_routes::<oncely_sqlx::Split<sqlx::Sqlite>>().route_layer(l)
+        }
+        (Backend::Sqlite(s), None) => plain(s.pool().clone()),
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres(s), None) => plain(s.pool().clone()),
+        (Backend::Split(s), None) => plain(s.pool().clone()),
+    };
+    routes.route_layer(verify)
 }
 
 /// The idempotency layer for `backend`'s store, with `policy`.
@@ -141,7 +157,7 @@ pub fn router(
     verify: StandardWebhooksLayer,
 ) -> Router {
     let receivers = receivers(backend, layer.clone(), verify);
-    let writes = over::<Writes>(backend, layer);
+    let writes = writes(backend, layer);
     Router::new()
         .merge(writes)
         .merge(receivers)
@@ -151,6 +167,7 @@ pub fn router(
         .route("/v1/orders", get(reads::list_orders))
         .route("/v1/orders/{id}", get(reads::get_order))
         .route("/v1/idempotency-keys/{key}", get(keys::key_state))
+        .route(grpc::GET_PAYMENT, post(grpc::get_payment))
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/healthz", get(health::healthz))

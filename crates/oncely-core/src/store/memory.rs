@@ -168,11 +168,16 @@ impl KeyStore for MemoryStore {
                 completed_at: now,
             };
             rec.expires_at = now.saturating_add(duration_millis(retention));
+            // Only the completer reads the request, and only from in-flight records.
+            rec.request = None;
         })
     }
 
     async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        self.with_owned(id, token, |rec, _| rec.state = RecordState::Released)
+        self.with_owned(id, token, |rec, _| {
+            rec.state = RecordState::Released;
+            rec.request = None;
+        })
     }
 
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {

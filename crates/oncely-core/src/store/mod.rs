@@ -23,6 +23,8 @@
 //! - Every write after the claim (`renew`, `checkpoint`, `complete`, `release`) succeeds only
 //!   while the record is in flight with the caller's token, and otherwise returns
 //!   [`StoreError::Fenced`] without changing anything.
+//! - The stored request lives only while the record is in flight: `complete` and `release`
+//!   drop it in the same write (the completer re-drives in-flight records only).
 //! - Times come from the store's [`Clock`](crate::Clock) (or, for a store that documents it, the
 //!   server's own clock).
 //! - The shared `conformance` suite (feature `conformance`) must pass.
@@ -48,7 +50,8 @@ pub struct ClaimRequest {
     pub replay_window: Duration,
     /// How long to keep the record (from now, and again from completion).
     pub retention: Duration,
-    /// The request, kept for the completer; `None` to keep nothing.
+    /// The request, kept for the completer while the record is in flight (completing or
+    /// releasing the record drops it); `None` to keep nothing.
     pub request: Option<StoredRequest>,
 }
 
@@ -261,7 +264,8 @@ pub trait KeyStore: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
 
     /// Completes the record with its response; it then replays for the replay window and is
-    /// kept for `retention` from now.
+    /// kept for `retention` from now. The stored request ([`Record::request`]) is dropped in
+    /// the same atomic write: only the completer reads it, and only from in-flight records.
     ///
     /// # Errors
     ///
@@ -276,7 +280,7 @@ pub trait KeyStore: Send + Sync + 'static {
     ) -> Result<(), StoreError>;
 
     /// Releases the claim: the key behaves as absent again (nothing was executed, or the
-    /// transaction rolled back).
+    /// transaction rolled back). The stored request is dropped, as by [`KeyStore::complete`].
     ///
     /// # Errors
     ///

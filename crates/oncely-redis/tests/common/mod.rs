@@ -68,5 +68,6 @@ pub fn response(body: &str) -> StoredResponse {
         ],
         body: body.as_bytes().to_vec(),
         body_retained: true,
+        trailers: Vec::new(),
     }
 }

@@ -76,9 +76,40 @@ where
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    run_payment(&app, &scope, tx, &req)
+    run_payment(&app, &scope, tx, &req, &JsonAnswers)
         .await
         .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// How a payment's final answers are said: JSON for `POST /v1/payments`, protobuf for the gRPC
+/// `CreatePayment` ([`crate::serve::grpc`]). Each is committed with the phase that ends the
+/// request and replayed verbatim, so it is made before the commit.
+pub trait PaymentAnswers {
+    /// The payment succeeded: `201` with the payment, or the `Payment` message.
+    ///
+    /// # Errors
+    ///
+    /// The payment could not be encoded (the phase rolls back).
+    fn created(&self, payment: &Payment) -> Result<Response, TxError>;
+    /// The card was declined: a final answer, stored and replayed.
+    fn declined(&self, payment: &Payment) -> Response;
+}
+
+/// The REST answers: `201` JSON with `Location`, or the `402 card_declined` problem.
+struct JsonAnswers;
+
+impl PaymentAnswers for JsonAnswers {
+    fn created(&self, payment: &Payment) -> Result<Response, TxError> {
+        Ok(json_response(
+            StatusCode::CREATED,
+            &serde_json::to_value(payment).map_err(TxError::from)?,
+            Some(format!("/v1/payments/{}", payment.id)),
+        ))
+    }
+
+    fn declined(&self, payment: &Payment) -> Response {
+        declined(payment)
+    }
 }
 
 /// How far a payment got, by what its row shows (a step whose writes a split store's crash
@@ -92,12 +123,18 @@ fn done(payment: Option<&Payment>) -> u8 {
     }
 }
 
-/// The three phases of a valid payment request (see the [module docs](self)).
-async fn run_payment<S>(
+/// The three phases of a valid payment request (see the [module docs](self)), answered by
+/// `answers` (REST or gRPC: the business logic is this one function).
+///
+/// # Errors
+///
+/// [`Failure`]: a phase rolled back, or an outside system failed part-way.
+pub async fn run_payment<S>(
     app: &App,
     scope: &Scope,
     mut tx: Tx<S>,
     req: &ValidPayment,
+    answers: &impl PaymentAnswers,
 ) -> Result<Response, Failure>
 where
     S: SqlStore,
@@ -146,7 +183,7 @@ where
     let progress = done(Some(&payment));
     if progress == 2 && payment.status == "declined" {
         // Declined, and the answer was not stored before a crash: answer the decline.
-        return Ok(tx.commit(declined(&payment)).await?);
+        return Ok(tx.commit(answers.declined(&payment)).await?);
     }
     // Commit phase 1 (on a takeover this also commits the new claim) before the outside call.
     let recorded = step.clone().unwrap_or(PaymentStep::Recorded {
@@ -172,7 +209,7 @@ where
         if charge.0 == 402 {
             S::Database::set_charge(&mut tx, scope, &id, None, "declined").await?;
             payment.status = "declined".into();
-            let resp = tx.commit(declined(&payment)).await?;
+            let resp = tx.commit(answers.declined(&payment)).await?;
             app.crash_point("response_stored");
             return Ok(resp);
         }
@@ -214,13 +251,7 @@ where
         S::Database::set_receipt(&mut tx, scope, &id, &receipt_id).await?;
         payment.receipt_id = Some(receipt_id);
     }
-    let resp = tx
-        .commit(json_response(
-            StatusCode::CREATED,
-            &serde_json::to_value(&payment).map_err(TxError::from)?,
-            Some(format!("/v1/payments/{id}")),
-        ))
-        .await?;
+    let resp = tx.commit(answers.created(&payment)?).await?;
     app.crash_point("receipt_sent");
     app.crash_point("response_stored");
     app.payment_created();
@@ -259,7 +290,8 @@ struct PaymentRequest {
     description: Option<Value>,
 }
 
-struct ValidPayment {
+/// A payment request that passed validation.
+pub struct ValidPayment {
     amount: i64,
     currency: String,
     source: String,
@@ -269,6 +301,31 @@ struct ValidPayment {
 #[allow(clippy::result_large_err)]
 fn validate_payment(body: &Bytes) -> Result<ValidPayment, Response> {
     let req: PaymentRequest = parse_json(body)?;
+    check(req).map_err(invalid)
+}
+
+/// The payment rules, for both APIs: the fields as JSON values (the gRPC message's fields
+/// converted), checked; the errors are `{"field", "detail"}` objects.
+///
+/// # Errors
+///
+/// The list of invalid fields, never empty.
+pub fn check_payment(
+    amount: &Value,
+    currency: &Value,
+    source: &Value,
+    description: Option<Value>,
+) -> Result<ValidPayment, Vec<Value>> {
+    let req = PaymentRequest {
+        amount: amount.clone(),
+        currency: currency.clone(),
+        source: source.clone(),
+        description,
+    };
+    check(req)
+}
+
+fn check(req: PaymentRequest) -> Result<ValidPayment, Vec<Value>> {
     let mut errors = Vec::new();
     // An integer; 1999.0 and 1.999e3 are the same JSON number (and the same fingerprint), so
     // they are accepted as 1999 too.
@@ -320,6 +377,6 @@ fn validate_payment(body: &Bytes) -> Result<ValidPayment, Response> {
                 description,
             })
         }
-        _ => Err(invalid(errors)),
+        _ => Err(errors),
     }
 }

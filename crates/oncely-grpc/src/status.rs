@@ -1,0 +1,435 @@
+//! Key-machine outcomes as gRPC statuses ([`GrpcDialect`]), and a gRPC response's status as the
+//! HTTP status the store policy judges.
+//!
+//! # The status table
+//!
+//! Every answer of the layer is a gRPC status (a trailers-only response: HTTP `200` with
+//! `grpc-status`, `grpc-message` and `grpc-status-details-bin` in the headers) whose details,
+//! a `google.rpc.Status`, carry:
+//!
+//! - `google.rpc.ErrorInfo`: `reason` our machine code in upper case (AIP-193's form, e.g.
+//!   `IDEMPOTENCY_REQUEST_IN_FLIGHT`), `domain` [`ERROR_DOMAIN`], `metadata`
+//!   `{"code": "idempotency_request_in_flight", "retryable": "true", "httpStatus": "409"}`
+//!   (`code` the machine code exactly as the REST API's problem+json says it);
+//! - `google.rpc.RetryInfo` with `retry_delay` (whole seconds) on exactly the answers that
+//!   carry `Retry-After` over HTTP;
+//!
+//! and those retryable answers also carry gRFC A6's server pushback, `grpc-retry-pushback-ms`
+//! (the same delay in milliseconds), which stock gRPC clients with a retry policy honour: their
+//! next attempt waits that long instead of their own backoff (A6, "Pushback"). gRPC libraries do
+//! not read `RetryInfo` themselves; the Oncely client SDK reads both.
+//!
+//! The codes follow gRPC's status code guide and AIP-193/AIP-194, chosen so that an A6 retry
+//! policy with `"retryableStatusCodes": ["UNAVAILABLE", "ABORTED"]` retries exactly the answers
+//! after which a retry is safe and may succeed ([`GRPC_STATUS_TABLE`]):
+//!
+//! | machine code | gRPC status | retried by that policy | why this code |
+//! |---|---|---|---|
+//! | `idempotency_request_in_flight` | `ABORTED` + `RetryInfo` | yes | a concurrency conflict with the first call (gRPC's guide: ABORTED for a conflict the client resolves by retrying); nothing ran twice |
+//! | `idempotency_store_unavailable` | `UNAVAILABLE` + `RetryInfo` | yes | transient, nothing ran (AIP-194: UNAVAILABLE is the code to retry) |
+//! | `server_shutting_down` | `UNAVAILABLE` + `RetryInfo` | yes | this instance stops; another answers |
+//! | `idempotency_key_mismatch` | `FAILED_PRECONDITION` | never | the key already belongs to a different request: the system's state, not the message, is wrong, and no retry fixes it (AIP-193) |
+//! | `idempotency_key_missing`, `idempotency_key_invalid` | `INVALID_ARGUMENT` | never | the call itself is malformed |
+//! | `idempotency_body_not_canonicalizable`, `idempotency_request_body_unreadable` | `INVALID_ARGUMENT` | never | the call itself is malformed |
+//! | `idempotency_scope_missing` | `UNAUTHENTICATED` | never | no caller to scope the key by |
+//! | `idempotency_request_too_large` | `RESOURCE_EXHAUSTED` | never | gRPC's own code for a message over the size limit |
+//! | `idempotency_response_not_retained` | `ALREADY_EXISTS` | never | the call completed earlier; its response was too large to keep, and it is not run again |
+//! | `idempotency_streaming_unsupported` | `UNIMPLEMENTED` | never | a key on a client-streaming or bidirectional method, which the layer cannot make idempotent |
+//! | `handler_did_not_commit` | `INTERNAL` | never | a server bug (a success whose writes were rolled back) |
+//!
+//! The HTTP status profiles (`ietf`, `stripe`, `resend`) change only the `httpStatus` entry of
+//! the metadata, never the gRPC status.
+//!
+//! # What a handler's status means to the store policy
+//!
+//! A gRPC response is HTTP `200` whatever its outcome; its status is `grpc-status`, in the
+//! headers (a trailers-only error) or in the trailers. [`GrpcDialect`] maps it to HTTP by
+//! `google.rpc.Code`'s documented mapping ([`http_status_of`]) and the layer's
+//! [`StorePolicy`](oncely_core::StorePolicy) decides from that, as for REST: `OK` and
+//! definitive errors (`INVALID_ARGUMENT`, `NOT_FOUND`, `FAILED_PRECONDITION`, ...) are stored and
+//! replayed with their trailers; `ABORTED` and `ALREADY_EXISTS` (409), `RESOURCE_EXHAUSTED`
+//! (429) release the key, so a retry runs again; `UNAVAILABLE`, `INTERNAL`, ... (5xx) are stored
+//! from non-transactional handlers and released after a rolled-back transaction.
+
+use base64::Engine as _;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use oncely_core::Problem;
+use oncely_tower::{Body, Dialect, IDEMPOTENT_REPLAYED};
+use std::collections::HashMap;
+use std::time::Duration;
+use tonic::Code;
+use tonic_types::{ErrorDetails, StatusExt as _};
+
+/// The `google.rpc.ErrorInfo.domain` of every answer of the layer: `oncely.dev`.
+pub const ERROR_DOMAIN: &str = "oncely.dev";
+
+/// gRFC A6's server pushback header, `grpc-retry-pushback-ms`: how long, in milliseconds, a
+/// client's retry policy waits before its next attempt. Sent on every retryable answer.
+pub const RETRY_PUSHBACK_MS: http::HeaderName =
+    http::HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// The machine code of a key sent on a method that cannot be made idempotent (client-streaming
+/// or bidirectional): `idempotency_streaming_unsupported`, answered `UNIMPLEMENTED`.
+pub const STREAMING_UNSUPPORTED: &str = "idempotency_streaming_unsupported";
+
+/// One row of the status table: a machine code, its gRPC status, whether the answer carries
+/// `RetryInfo` (and is retried by the recommended A6 policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusRow {
+    /// The machine code, e.g. `idempotency_request_in_flight`.
+    pub code: &'static str,
+    /// The gRPC status.
+    pub grpc: Code,
+    /// `true` for the answers with `RetryInfo`, after which a retry with the same key is safe.
+    pub retryable: bool,
+}
+
+/// The status table (see the [module docs](self)), in the order the contract shows it.
+pub const GRPC_STATUS_TABLE: &[StatusRow] = &[
+    row("idempotency_request_in_flight", Code::Aborted, true),
+    row("idempotency_store_unavailable", Code::Unavailable, true),
+    row("server_shutting_down", Code::Unavailable, true),
+    row("idempotency_key_mismatch", Code::FailedPrecondition, false),
+    row("idempotency_key_missing", Code::InvalidArgument, false),
+    row("idempotency_key_invalid", Code::InvalidArgument, false),
+    row(
+        "idempotency_body_not_canonicalizable",
+        Code::InvalidArgument,
+        false,
+    ),
+    row(
+        "idempotency_request_body_unreadable",
+        Code::InvalidArgument,
+        false,
+    ),
+    row("idempotency_scope_missing", Code::Unauthenticated, false),
+    row(
+        "idempotency_request_too_large",
+        Code::ResourceExhausted,
+        false,
+    ),
+    row(
+        "idempotency_response_not_retained",
+        Code::AlreadyExists,
+        false,
+    ),
+    row(STREAMING_UNSUPPORTED, Code::Unimplemented, false),
+    row("handler_did_not_commit", Code::Internal, false),
+];
+
+/// The gRPC statuses the recommended A6 retry policy retries: `UNAVAILABLE` and `ABORTED`.
+pub const RETRYABLE_STATUS_CODES: &[Code] = &[Code::Unavailable, Code::Aborted];
+
+const fn row(code: &'static str, grpc: Code, retryable: bool) -> StatusRow {
+    StatusRow {
+        code,
+        grpc,
+        retryable,
+    }
+}
+
+/// The gRPC status of a machine code: by [`GRPC_STATUS_TABLE`]; a code outside it (a problem a
+/// layer added later) by its HTTP status ([`code_of_http_status`]), `UNAVAILABLE` when it is
+/// retryable.
+pub fn grpc_code_of(code: &str, http_status: u16, retryable: bool) -> Code {
+    match GRPC_STATUS_TABLE.iter().find(|r| r.code == code) {
+        Some(r) => r.grpc,
+        None if retryable => Code::Unavailable,
+        None => code_of_http_status(http_status),
+    }
+}
+
+/// The gRPC status for an HTTP status, by the mapping of gRPC's "HTTP to gRPC status code
+/// mapping" and `google.rpc.Code` (400 `INVALID_ARGUMENT`, 401 `UNAUTHENTICATED`, 403
+/// `PERMISSION_DENIED`, 404 `NOT_FOUND`, 409 `ABORTED`, 413 `RESOURCE_EXHAUSTED`, 429
+/// `RESOURCE_EXHAUSTED`, 501 `UNIMPLEMENTED`, 503 `UNAVAILABLE`, 504 `DEADLINE_EXCEEDED`,
+/// other 4xx `FAILED_PRECONDITION`, other 5xx `INTERNAL`).
+pub fn code_of_http_status(status: u16) -> Code {
+    match status {
+        200..=299 => Code::Ok,
+        400 | 422 => Code::InvalidArgument,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::NotFound,
+        409 => Code::Aborted,
+        413 | 429 => Code::ResourceExhausted,
+        501 => Code::Unimplemented,
+        503 => Code::Unavailable,
+        504 => Code::DeadlineExceeded,
+        400..=499 => Code::FailedPrecondition,
+        _ => Code::Internal,
+    }
+}
+
+/// The HTTP status of a gRPC status, by `google.rpc.Code`'s documented mapping (`OK` 200,
+/// `CANCELLED` 499, `UNKNOWN` 500, `INVALID_ARGUMENT` 400, `DEADLINE_EXCEEDED` 504, `NOT_FOUND`
+/// 404, `ALREADY_EXISTS` 409, `PERMISSION_DENIED` 403, `RESOURCE_EXHAUSTED` 429,
+/// `FAILED_PRECONDITION` 400, `ABORTED` 409, `OUT_OF_RANGE` 400, `UNIMPLEMENTED` 501, `INTERNAL`
+/// 500, `UNAVAILABLE` 503, `DATA_LOSS` 500, `UNAUTHENTICATED` 401).
+pub fn http_status_of(code: Code) -> StatusCode {
+    let n = match code {
+        Code::Ok => 200,
+        Code::Cancelled => 499,
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => 400,
+        Code::DeadlineExceeded => 504,
+        Code::NotFound => 404,
+        Code::AlreadyExists | Code::Aborted => 409,
+        Code::PermissionDenied => 403,
+        Code::ResourceExhausted => 429,
+        Code::Unimplemented => 501,
+        Code::Unavailable => 503,
+        Code::Unauthenticated => 401,
+        Code::Unknown | Code::Internal | Code::DataLoss => 500,
+    };
+    StatusCode::from_u16(n).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The gRPC status of a problem, with its `google.rpc` details (see the [module docs](self)):
+/// `ErrorInfo` always, `RetryInfo` when `retry_after_secs` is given.
+pub fn status_of(problem: &Problem, retry_after_secs: Option<u64>) -> tonic::Status {
+    let code = grpc_code_of(&problem.code, problem.status, problem.retryable);
+    let mut details = ErrorDetails::new();
+    let metadata = HashMap::from([
+        ("code".to_owned(), problem.code.clone()),
+        ("retryable".to_owned(), problem.retryable.to_string()),
+        ("httpStatus".to_owned(), problem.status.to_string()),
+    ]);
+    details.set_error_info(problem.code.to_ascii_uppercase(), ERROR_DOMAIN, metadata);
+    if let Some(secs) = retry_after_secs {
+        details.set_retry_info(Some(Duration::from_secs(secs)));
+    }
+    tonic::Status::with_error_details(code, problem.detail.clone(), details)
+}
+
+/// The gRPC dialect of the layer: answers as gRPC statuses with `google.rpc` details, responses
+/// judged by their `grpc-status` (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcDialect;
+
+impl Dialect for GrpcDialect {
+    fn render(&self, problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body> {
+        let mut res: Response<Body> = status_of(problem, retry_after_secs).into_http();
+        // The status travels as a `tonic::Status` extension too; a replayed marker is added
+        // by the layer where it applies (`idempotency_response_not_retained`).
+        res.extensions_mut().remove::<tonic::Status>();
+        if let Some(secs) = retry_after_secs {
+            res.headers_mut().insert(
+                RETRY_PUSHBACK_MS,
+                HeaderValue::from(secs.saturating_mul(1000)),
+            );
+        }
+        debug_assert!(!res.headers().contains_key(IDEMPOTENT_REPLAYED));
+        res
+    }
+
+    fn effective_status(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        trailers: &[(String, Vec<u8>)],
+    ) -> StatusCode {
+        if status != StatusCode::OK {
+            // Not a gRPC answer (a proxy's, or the transport's): judged as HTTP.
+            return status;
+        }
+        let from_trailers = trailers
+            .iter()
+            .rev()
+            .find(|(n, _)| n == "grpc-status")
+            .map(|(_, v)| v.as_slice());
+        let grpc_status =
+            from_trailers.or_else(|| headers.get("grpc-status").map(HeaderValue::as_bytes));
+        match grpc_status {
+            // The status is still to come in the trailers: kept until then.
+            None => StatusCode::OK,
+            Some(v) => {
+                let code = std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i32>().ok())
+                    .map_or(Code::Unknown, Code::from_i32);
+                http_status_of(code)
+            }
+        }
+    }
+}
+
+/// The gRPC service config (gRFC A2) of a retry policy (gRFC A6) that retries exactly the safe
+/// answers of `service` (a full name, e.g. `oncely.payments.v1.Payments`): at most
+/// `max_attempts` attempts in total, the backoff `random(0, min(initial x 2^(n-1), max))`
+/// (A6's own full jitter), `retryableStatusCodes` [`RETRYABLE_STATUS_CODES`], and A6 retry
+/// throttling (`maxTokens` 10, `tokenRatio` 0.1: retries stop while more than half of the
+/// recent calls failed). Backoffs are written in seconds with a fraction, as A2 wants.
+///
+/// ```
+/// use std::time::Duration;
+/// let json = oncely_grpc::status::service_config("oncely.payments.v1.Payments", 3, Duration::from_millis(500), Duration::from_secs(8));
+/// assert!(json.contains(r#""retryableStatusCodes": ["UNAVAILABLE", "ABORTED"]"#));
+/// assert!(json.contains(r#""initialBackoff": "0.5s""#));
+/// ```
+pub fn service_config(
+    service: &str,
+    max_attempts: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+) -> String {
+    let codes: Vec<String> = RETRYABLE_STATUS_CODES
+        .iter()
+        .map(|c| format!("\"{}\"", code_name(*c)))
+        .collect();
+    format!(
+        r#"{{
+  "methodConfig": [{{
+    "name": [{{"service": "{service}"}}],
+    "retryPolicy": {{
+      "maxAttempts": {max_attempts},
+      "initialBackoff": "{}s",
+      "maxBackoff": "{}s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": [{}]
+    }}
+  }}],
+  "retryThrottling": {{"maxTokens": 10, "tokenRatio": 0.1}}
+}}"#,
+        initial_backoff.as_secs_f64(),
+        max_backoff.as_secs_f64(),
+        codes.join(", ")
+    )
+}
+
+/// A status code's name as gRPC writes it, e.g. `FAILED_PRECONDITION`.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Decodes `grpc-status-details-bin` (base64, padded or not, as gRPC allows) into its
+/// `google.rpc` details: for clients and tests that hold the raw metadata.
+///
+/// # Errors
+///
+/// The value is not base64, or not an encoded `google.rpc.Status`.
+pub fn decode_details(value: &[u8]) -> Result<ErrorDetails, tonic::Status> {
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(
+            value
+                .strip_suffix(b"==")
+                .or_else(|| value.strip_suffix(b"="))
+                .unwrap_or(value),
+        )
+        .map_err(|e| {
+            tonic::Status::internal(format!("grpc-status-details-bin is not base64: {e}"))
+        })?;
+    let status = tonic::Status::with_details(Code::Unknown, "", bytes.into());
+    Ok(status.get_error_details())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncely_core::{ErrorCode, StatusProfile};
+
+    #[test]
+    fn the_recommended_policy_retries_exactly_the_safe_answers() {
+        for r in GRPC_STATUS_TABLE {
+            assert_eq!(
+                RETRYABLE_STATUS_CODES.contains(&r.grpc),
+                r.retryable,
+                "{}",
+                r.code
+            );
+        }
+        // And the table agrees with the core's own view of what is retryable.
+        for code in ErrorCode::ALL {
+            let row = GRPC_STATUS_TABLE
+                .iter()
+                .find(|r| r.code == code.as_str())
+                .unwrap_or_else(|| panic!("{code} is missing from the table"));
+            assert_eq!(row.retryable, code.retryable(), "{code}");
+        }
+    }
+
+    #[test]
+    fn problems_render_as_statuses_with_error_info_and_retry_info() {
+        let p = Problem::new(ErrorCode::RequestInFlight, StatusProfile::Ietf, "busy");
+        let s = status_of(&p, Some(2));
+        assert_eq!(s.code(), Code::Aborted);
+        assert_eq!(s.message(), "busy");
+        let d = s.get_error_details();
+        let info = d.error_info().expect("ErrorInfo");
+        assert_eq!(info.reason, "IDEMPOTENCY_REQUEST_IN_FLIGHT");
+        assert_eq!(info.domain, ERROR_DOMAIN);
+        assert_eq!(info.metadata["code"], "idempotency_request_in_flight");
+        assert_eq!(info.metadata["retryable"], "true");
+        assert_eq!(info.metadata["httpStatus"], "409");
+        assert_eq!(
+            d.retry_info().and_then(|r| r.retry_delay),
+            Some(Duration::from_secs(2))
+        );
+        let res = GrpcDialect.render(&p, Some(2));
+        assert_eq!(res.headers()["grpc-status"], "10");
+        assert_eq!(res.headers()[RETRY_PUSHBACK_MS], "2000");
+
+        let p = Problem::new(ErrorCode::KeyMismatch, StatusProfile::Stripe, "other");
+        let res = GrpcDialect.render(&p, None);
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["content-type"], "application/grpc");
+        assert_eq!(res.headers()["grpc-status"], "9");
+        let d = decode_details(res.headers()["grpc-status-details-bin"].as_bytes()).unwrap();
+        assert!(d.retry_info().is_none());
+        assert!(!res.headers().contains_key(RETRY_PUSHBACK_MS));
+        assert_eq!(d.error_info().unwrap().metadata["httpStatus"], "400");
+    }
+
+    #[test]
+    fn responses_are_judged_by_their_grpc_status() {
+        let d = GrpcDialect;
+        let mut h = HeaderMap::new();
+        assert_eq!(d.effective_status(StatusCode::OK, &h, &[]), StatusCode::OK);
+        let t = |code: &str| vec![("grpc-status".to_owned(), code.as_bytes().to_vec())];
+        assert_eq!(
+            d.effective_status(StatusCode::OK, &h, &t("0")),
+            StatusCode::OK
+        );
+        assert_eq!(
+            d.effective_status(StatusCode::OK, &h, &t("10")),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            d.effective_status(StatusCode::OK, &h, &t("14")),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            d.effective_status(StatusCode::OK, &h, &t("x")),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        h.insert("grpc-status", HeaderValue::from_static("3"));
+        assert_eq!(
+            d.effective_status(StatusCode::OK, &h, &[]),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            d.effective_status(StatusCode::BAD_GATEWAY, &h, &[]),
+            StatusCode::BAD_GATEWAY
+        );
+        assert_eq!(code_of_http_status(409), Code::Aborted);
+        assert_eq!(code_of_http_status(503), Code::Unavailable);
+        assert_eq!(code_of_http_status(418), Code::FailedPrecondition);
+    }
+}

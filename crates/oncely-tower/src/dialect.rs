@@ -1,0 +1,61 @@
+//! [`Dialect`]: how the layer speaks to its callers. The key machine is the same for every
+//! protocol carried over HTTP; what differs is how an error answer is said and what the
+//! "status" of a finished response is. The default, [`ProblemJson`], is plain HTTP:
+//! RFC 9457 `application/problem+json` errors and the HTTP status. The `oncely-grpc` crate's
+//! dialect answers gRPC statuses with `google.rpc` details, and judges a response by its
+//! `grpc-status` (sent in the headers or in the trailers).
+//!
+//! ```
+//! use http::{HeaderMap, StatusCode};
+//! use oncely_core::{ErrorCode, Problem, StatusProfile};
+//! use oncely_tower::{Dialect, ProblemJson};
+//!
+//! let p = Problem::new(ErrorCode::KeyMismatch, StatusProfile::Ietf, "a different request");
+//! let res = ProblemJson.render(&p, None);
+//! assert_eq!(res.status(), 422);
+//! assert_eq!(res.headers()["content-type"], "application/problem+json");
+//! // Plain HTTP: a response is judged by its status alone.
+//! assert_eq!(ProblemJson.effective_status(StatusCode::CREATED, &HeaderMap::new(), &[]), StatusCode::CREATED);
+//! ```
+
+use crate::Body;
+use http::{HeaderMap, Response, StatusCode};
+use oncely_core::Problem;
+
+/// How the layer renders its answers and reads its handlers' responses; see the
+/// [module docs](self). Set it with
+/// [`IdempotencyLayer::with_dialect`](crate::IdempotencyLayer::with_dialect).
+pub trait Dialect: Send + Sync + 'static {
+    /// The response for one of the layer's own answers (a missing or invalid key, an in-flight
+    /// duplicate, a mismatch, an unavailable store, ...): `problem` carries the machine code,
+    /// the HTTP status of the policy's profile, the detail and whether a retry may succeed;
+    /// `retry_after_secs` is the delay, in seconds, that plain HTTP sends as `Retry-After`
+    /// (set on retryable answers only).
+    fn render(&self, problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body>;
+
+    /// The HTTP status the store policy judges a handler's response by
+    /// ([`StorePolicy::stores`](oncely_core::StorePolicy::stores)): which responses are stored
+    /// and replayed, which release the key. `trailers` are the stored trailers once the body
+    /// was read, empty before (the layer asks twice: with the head alone, then with the
+    /// trailers). Default: `status` itself.
+    fn effective_status(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        trailers: &[(String, Vec<u8>)],
+    ) -> StatusCode {
+        let _ = (headers, trailers);
+        status
+    }
+}
+
+/// The default dialect: RFC 9457 problem details ([`problem_response`](crate::problem_response))
+/// and the HTTP status.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProblemJson;
+
+impl Dialect for ProblemJson {
+    fn render(&self, problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body> {
+        crate::problem_response(problem, retry_after_secs)
+    }
+}
