@@ -182,7 +182,8 @@ enum Command {
         #[arg(long)]
         business_db: Option<String>,
         /// TESTING ONLY: kill the process (SIGKILL) right after this recovery point commits
-        /// (payment_recorded, charge_created, receipt_sent, response_stored).
+        /// (payment_recorded, charge_created, receipt_sent, response_stored; webhook_applied:
+        /// after a webhook event's transaction committed, before its answer is sent).
         #[arg(long)]
         crash_after: Option<String>,
         /// The in-process completer finishes requests whose lease lapsed at least this many
@@ -205,6 +206,12 @@ enum Command {
         /// `off` serves the same endpoints without the idempotency layer (benchmark baseline).
         #[arg(long, default_value = "on", value_parser = ["on", "off"])]
         idempotency: String,
+        /// The Standard Webhooks secret (whsec_ and base64) the processor signs its events with;
+        /// POST /webhooks/processor verifies every delivery with it before any claim. The
+        /// default is a well-known test secret (the processor's default too): set your own
+        /// outside tests, on both.
+        #[arg(long, env = "ONCELY_WEBHOOK_SECRET", hide_env_values = true, default_value = processor::webhooks::DEV_WEBHOOK_SECRET)]
+        webhook_secret: String,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -244,7 +251,8 @@ enum Command {
         /// Print machine-readable JSON.
         #[arg(long)]
         json: bool,
-        /// Run only these gates: concurrency, crash, fleet, rolling, grpc-concurrency, grpc-crash (repeatable; default all).
+        /// Run only these gates: concurrency, crash, fleet, rolling, grpc-concurrency, grpc-crash,
+        /// webhook (repeatable; default all).
         #[arg(long)]
         only: Vec<String>,
     },
@@ -398,6 +406,7 @@ async fn run(cli: Cli) -> Result<bool> {
             redrive,
             reap_every_secs,
             idempotency,
+            webhook_secret,
             limits,
             policy,
         } => {
@@ -405,7 +414,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 Some(u) => u,
                 None => {
                     let (l, url) = listen("127.0.0.1:0".parse()?).await?;
-                    let router = processor::router(processor::webhooks::DEV_WEBHOOK_SECRET)?;
+                    let router = processor::router(&webhook_secret)?;
                     tokio::spawn(async move { axum::serve(l, router).await });
                     tracing::info!(%url, "started the outside card processor and mailer in this process");
                     url
@@ -419,6 +428,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 business_path: business_db,
                 completer_grace: (!no_completer).then(|| Duration::from_millis(completer_grace_ms)),
                 idempotency_off: idempotency == "off",
+                webhook_secret,
             };
             let (app, router) = serve::build(&cfg).await?;
             let (listener, url) = listen(addr).await?;
@@ -444,6 +454,12 @@ async fn run(cli: Cli) -> Result<bool> {
                 }
             }
             drop(stopped);
+            // The processor delivers its events here (it may start later: registered in the
+            // background, retried until it answers).
+            tokio::spawn(processor::webhooks::register_receiver(
+                cfg.processor_url.trim_end_matches('/').to_owned(),
+                format!("{url}{}", serve::routes::webhooks::PATH),
+            ));
             tracing::info!(store = %cfg.store, %url, "serving the reference payments API");
             announce(&url);
             serve::server::serve(listener, router, limits.limits(), app.drain(), async move {

@@ -188,6 +188,30 @@ async fn serve_refuses_duplicate_member_names_and_never_replays_them() {
         "{}",
         String::from_utf8_lossy(&first.body)
     );
+    // The charge's charge.succeeded event is delivered to the webhook receiver, which claims
+    // it too (the layers share their metrics): wait until it is applied.
+    let payment = first.json()["id"].as_str().unwrap().to_owned();
+    let http = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let events: Value = http
+            .get(format!("{}/v1/payments/{payment}/events", s.url))
+            .bearer_auth("acct_1")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if events["data"].as_array().is_some_and(|d| d.len() == 1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no event applied: {events}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     for body in [
         r#"{"amount": 1, "amount": 5000, "currency": "EUR", "source": "tok_visa"}"#,
         r#"{"amount": 5000, "currency": "EUR", "source": "tok_visa", "amount": 1}"#,
@@ -214,7 +238,8 @@ async fn serve_refuses_duplicate_member_names_and_never_replays_them() {
         metric(&s.url, "oncely_body_not_canonicalizable_total").await,
         3
     );
-    assert_eq!(metric(&s.url, "oncely_claims_total").await, 1);
+    // The payment's claim and the webhook event's.
+    assert_eq!(metric(&s.url, "oncely_claims_total").await, 2);
     assert_eq!(metric(&s.url, "oncely_replays_total").await, 0);
     // The original body still replays the original payment.
     let retry = post(&s.url, "/v1/payments", "acct_1", Some("pay-dup"), pay).await;
@@ -416,12 +441,25 @@ async fn openapi_documents_the_key_on_every_write() {
             if ["post", "patch", "put", "delete"].contains(&method.as_str()) {
                 writes += 1;
                 let params = op["parameters"].as_array().expect("parameters");
-                assert!(
-                    params.iter().any(|p| p["name"] == "Idempotency-Key"
-                        && p["in"] == "header"
-                        && p["required"] == true),
-                    "{method} {path} lacks the required Idempotency-Key header parameter"
-                );
+                if path.starts_with("/webhooks/") {
+                    // A webhook receiver is keyed by the sender's event id.
+                    assert_eq!(op["x-oncely-key-source"], "webhook-id", "{method} {path}");
+                    assert!(
+                        params.iter().any(|p| p["name"] == "webhook-id"),
+                        "{method} {path} lacks the webhook-id parameter"
+                    );
+                    assert!(
+                        op["responses"]["401"].is_object(),
+                        "{method} {path} lacks 401"
+                    );
+                } else {
+                    assert!(
+                        params.iter().any(|p| p["name"] == "Idempotency-Key"
+                            && p["in"] == "header"
+                            && p["required"] == true),
+                        "{method} {path} lacks the required Idempotency-Key header parameter"
+                    );
+                }
                 for status in ["400", "409", "422", "503"] {
                     assert!(
                         op["responses"][status].is_object(),
@@ -431,7 +469,7 @@ async fn openapi_documents_the_key_on_every_write() {
             }
         }
     }
-    assert_eq!(writes, 2);
+    assert_eq!(writes, 3);
     assert_eq!(
         doc["components"]["schemas"]["Problem"]["required"],
         serde_json::json!(["type", "title", "status", "code", "retryable"])
@@ -475,11 +513,12 @@ fn gates(args: &[&str]) -> Value {
 /// The gates' key measurements: one payment and one charge for N concurrent identical
 /// requests, no repeated outside call after crashes, no duplicate side effect in the fleet,
 /// across a rolling SIGTERM restart no duplicate, no lost payment, clean exits and no retry
-/// answered "in flight" (waiting on a lease); and the first two over gRPC.
+/// answered "in flight" (waiting on a lease); the first two over gRPC; and every webhook event
+/// applied exactly once.
 fn assert_all_gates_pass(report: &Value) {
     assert_eq!(report["passed"], true, "{report:#}");
     let gates = report["gates"].as_array().unwrap();
-    assert_eq!(gates.len(), 6);
+    assert_eq!(gates.len(), 7);
     let rolling = &gates[3]["details"];
     assert_eq!(gates[3]["name"], "rolling restart");
     assert_eq!(rolling["duplicate_side_effects"], 0);
@@ -508,6 +547,16 @@ fn assert_all_gates_pass(report: &Value) {
     );
     assert_eq!(gates[1]["details"]["repeated_outside_calls"], 0);
     assert_eq!(gates[2]["details"]["duplicate_side_effects"], 0);
+    assert_eq!(gates[6]["name"], "webhook");
+    let webhook = &gates[6]["details"];
+    let events = webhook["events"].as_object().unwrap();
+    assert_eq!(events.len(), 3, "{webhook:#}");
+    for (id, e) in events {
+        assert_eq!(e["applied"], 1, "event {id}: {webhook:#}");
+    }
+    assert_eq!(webhook["rows_for_payment"], 3);
+    assert_eq!(webhook["receiver_crashed"], true);
+    assert_eq!(webhook["concurrent_round"]["delivered"], 50);
 }
 
 #[test]

@@ -549,3 +549,62 @@ async fn usage_errors_exit_2_before_sending_anything() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(connections.load(Ordering::SeqCst), 0);
 }
+
+/// `oncely audit` of `oncely serve`'s own webhook receiver, every request signed as the
+/// processor signs it and keyed by `webhook-id`: every check PASS or N/A. Unsigned, the receiver
+/// refuses everything with `401` (nothing to compare: not a PASS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_of_oncely_serve_s_webhook_receiver_passes_every_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("webhooks.sqlite3");
+    let server = start(&["serve", "--store", db.to_str().unwrap()]);
+    // The reference pair's documented test secret (`oncely serve`'s default).
+    let secret = "whsec_b25jZWx5LXJlZmVyZW5jZS1wcm9jZXNzb3ItZGV2LXNlY3JldA==";
+    let event = r#"{"type": "charge.succeeded", "data": {"object": {"id": "ch_audit", "object": "charge"}}}"#;
+    let args = |signed: bool| {
+        let mut a = vec![
+            "audit",
+            server.url.as_str(),
+            "--endpoint",
+            "POST /webhooks/processor",
+            "--body",
+            event,
+            "--key-header",
+            "webhook-id",
+            "--trials",
+            "3",
+            "--json",
+        ];
+        if signed {
+            a.extend_from_slice(&["--webhook-secret", secret]);
+        }
+        a
+    };
+    let out = oncely(&args(true)).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let verdicts: std::collections::BTreeMap<String, String> =
+        statuses(&report).into_iter().collect();
+    for name in [
+        "concurrency",
+        "replay-fidelity",
+        "payload-mismatch",
+        "canonical-json",
+        "client-bypass",
+        "malformed-keys",
+        "missing-key",
+        "in-flight",
+    ] {
+        assert_eq!(verdicts[name], "pass", "{name}: {stdout}");
+    }
+    assert_eq!(verdicts["method-idempotency"], "n/a");
+
+    let out = oncely(&args(false)).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["checks"][1]["name"], "replay-fidelity");
+    assert_eq!(report["checks"][1]["status"], "inconclusive", "{stdout}");
+    assert!(stdout.contains("webhook_signature_invalid"), "{stdout}");
+}

@@ -37,17 +37,18 @@ async fn the_reference_servers_own_document_has_no_findings() {
     let out = oncely(&["lint", path, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    // Two state-changing operations (POST /v1/payments, POST /v1/orders), both keyed.
+    // Three state-changing operations: POST /v1/payments and POST /v1/orders keyed by
+    // Idempotency-Key, POST /webhooks/processor by webhook-id (x-oncely-key-source).
     assert_eq!(
         report,
-        json!({"passed": true, "operations_checked": 2, "findings": [], "warnings": []})
+        json!({"passed": true, "operations_checked": 3, "findings": [], "warnings": []})
     );
 
     let out = oncely(&["lint", path]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         text(&out.stdout),
-        "lint: 2 state-changing operation(s) checked, 0 without an Idempotency-Key or \
+        "lint: 3 state-changing operation(s) checked, 0 without an Idempotency-Key or \
          x-oncely-unsafe-to-retry\n"
     );
 

@@ -90,6 +90,11 @@ impl Env {
         args
     }
 
+    /// The outside card processor's base URL (`http://127.0.0.1:PORT`).
+    pub fn processor_url(&self) -> &str {
+        &self.processor.url
+    }
+
     /// Starts an API server on the store with `extra` arguments, and the gates' short lease
     /// ([`GATE_LEASE_MS`]).
     pub async fn start_api(&self, extra: &[&str]) -> Result<Proc> {

@@ -14,8 +14,11 @@
 //!    in turn gets SIGTERM (drains, exits 0) and is started again -> zero duplicate side effects,
 //!    zero lost payments, and no retry waiting on a (30-second) lease.
 //!
-//! 4. **gRPC concurrency** and 5. **gRPC crash recovery** ([`grpc`]): gates 1 and 2 through the
+//! 5. **gRPC concurrency** and 6. **gRPC crash recovery** ([`grpc`]): gates 1 and 2 through the
 //!    gRPC Payments service (`CreatePayment`, same port), with tonic's client.
+//! 7. **Webhook** ([`webhook`]): the processor's signed events delivered 50 times at once and
+//!    redelivered after a receiver was SIGKILLed right after applying one -> each event applied
+//!    exactly once.
 //!
 //! Everything runs on this machine: the processor and the API servers are child processes on
 //! free loopback ports, and the store is a fresh embedded SQLite file unless `--store` says
@@ -28,7 +31,7 @@
 //! | [`runner`] | [`run`]: checks the configuration, sets up the [`env`](mod@env), runs the chosen gates in order |
 //! | [`env`](mod@env) | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
 //! | [`http`] | the requests the gates make and what they keep of a response |
-//! | [`concurrency`], [`crash`], [`fleet`], [`rolling`] | one gate each ([`fleet`] also holds what the fleet runs share) |
+//! | [`concurrency`], [`crash`], [`fleet`], [`rolling`], [`webhook`] | one gate each ([`fleet`] also holds what the fleet runs share) |
 //! | [`grpc`] | the concurrency and crash gates over gRPC, a file each |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |
 //! | [`child`], [`proxy`] | child processes; the fault-injecting proxy of the fleet gate |
@@ -50,6 +53,7 @@ mod proxy;
 mod report;
 mod rolling;
 mod runner;
+mod webhook;
 
 use anyhow::Result;
 pub use env::Env;
@@ -117,17 +121,20 @@ pub enum Gate {
     GrpcConcurrency,
     /// SIGKILL after each recovery point, restart, retry over gRPC ([`grpc::crash`]).
     GrpcCrash,
+    /// Concurrent and post-crash redeliveries of webhook events ([`webhook`]).
+    Webhook,
 }
 
 impl Gate {
     /// Every gate, in the order they run.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Concurrency,
         Self::Crash,
         Self::Fleet,
         Self::Rolling,
         Self::GrpcConcurrency,
         Self::GrpcCrash,
+        Self::Webhook,
     ];
 
     /// The name `--only` takes.
@@ -139,6 +146,7 @@ impl Gate {
             Self::Rolling => "rolling",
             Self::GrpcConcurrency => "grpc-concurrency",
             Self::GrpcCrash => "grpc-crash",
+            Self::Webhook => "webhook",
         }
     }
 
@@ -151,6 +159,7 @@ impl Gate {
             Self::Rolling => "rolling restart",
             Self::GrpcConcurrency => "grpc concurrency",
             Self::GrpcCrash => "grpc crash recovery",
+            Self::Webhook => "webhook",
         }
     }
 
@@ -173,6 +182,7 @@ impl Gate {
             Self::Rolling => rolling::run(env, cfg).await,
             Self::GrpcConcurrency => grpc::concurrency::run(env, cfg).await,
             Self::GrpcCrash => grpc::crash::run(env, cfg).await,
+            Self::Webhook => webhook::run(env, cfg).await,
         }
     }
 }

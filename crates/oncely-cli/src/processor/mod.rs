@@ -82,7 +82,9 @@ pub fn router(webhook_secret: &str) -> anyhow::Result<Router> {
             Router::new()
                 .route(
                     "/webhook-endpoints",
-                    post(webhooks::register).delete(webhooks::forget_endpoints),
+                    post(webhooks::register)
+                        .get(webhooks::endpoints)
+                        .delete(webhooks::forget_endpoints),
                 )
                 .route("/events", get(webhooks::list).post(webhooks::trigger))
                 .route("/events/{id}/deliver", post(webhooks::deliver))

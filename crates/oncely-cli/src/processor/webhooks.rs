@@ -5,10 +5,12 @@
 //! - `POST /webhook-endpoints` `{"url": "http://…/webhooks/processor"}`: registers a receiver
 //!   (an API server does it when it starts; the same URL twice counts once). Attempts go to the
 //!   receivers in turn, as through a load balancer.
+//! - `GET /webhook-endpoints`: `{"endpoints": [url, …]}`.
 //! - `DELETE /webhook-endpoints`: forgets every receiver (a gate does it before it restarts
 //!   its servers on new ports).
 //! - `POST /events` `{"type": …, "data": …}`: emits an event now (a provider's "send a test
-//!   event" button), delivered like the others; answers `201 {"id"}`.
+//!   event" button), delivered like the others; answers `201 {"id"}`. With `"deliver": false`
+//!   it is only recorded, so that its first deliveries are the ones `deliver` sends at once.
 //! - `GET /events`: every event with its delivery attempts (`statuses`, `0` for a transport
 //!   failure) and whether one was acknowledged with a `2xx`.
 //! - `POST /events/{id}/deliver` `{"copies": N}`: delivers the event `N` times at once, each
@@ -101,15 +103,17 @@ impl Sender {
         let mut object = charge.clone();
         object["object"] = json!("charge");
         object["metadata"] = metadata.clone();
-        self.emit("charge.succeeded", json!({"object": object}));
+        self.emit("charge.succeeded", json!({"object": object}), true);
     }
 
-    /// Records an event of type `kind` with `data` and starts delivering it in the background;
-    /// returns its id.
-    fn emit(self: &Arc<Self>, kind: &str, data: Value) -> String {
+    /// Records an event of type `kind` with `data` and (if `deliver`) starts delivering it in
+    /// the background; returns its id.
+    fn emit(self: &Arc<Self>, kind: &str, data: Value, deliver: bool) -> String {
         let id = {
             let mut events = lock(&self.events);
-            let id = format!("evt_{:08}", events.len() + 1);
+            // Unique across processor restarts (a UUIDv7, time-ordered): a receiver keeps event
+            // ids for its whole replay window, and a reused id with another body is a mismatch.
+            let id = format!("evt_{}", uuid::Uuid::now_v7().simple());
             let payload = json!({"id": id, "type": kind, "created": now_secs(), "data": data});
             events.insert(
                 id.clone(),
@@ -122,9 +126,11 @@ impl Sender {
             );
             id
         };
-        let me = Arc::clone(self);
-        let event = id.clone();
-        tokio::spawn(async move { me.deliver(&event).await });
+        if deliver {
+            let me = Arc::clone(self);
+            let event = id.clone();
+            tokio::spawn(async move { me.deliver(&event).await });
+        }
         id
     }
 
@@ -261,13 +267,18 @@ pub(crate) async fn register(State(s): State<Arc<Sender>>, Json(req): Json<Value
         .into_response()
 }
 
+/// `GET /webhook-endpoints`.
+pub(crate) async fn endpoints(State(s): State<Arc<Sender>>) -> Json<Value> {
+    Json(json!({"endpoints": *lock(&s.endpoints)}))
+}
+
 /// `DELETE /webhook-endpoints`.
 pub(crate) async fn forget_endpoints(State(s): State<Arc<Sender>>) -> StatusCode {
     lock(&s.endpoints).clear();
     StatusCode::NO_CONTENT
 }
 
-/// `POST /events {"type", "data"}`.
+/// `POST /events {"type", "data", "deliver"?}`.
 pub(crate) async fn trigger(State(s): State<Arc<Sender>>, Json(req): Json<Value>) -> Response {
     let Some(kind) = req["type"].as_str().filter(|k| !k.is_empty()) else {
         return (
@@ -276,7 +287,8 @@ pub(crate) async fn trigger(State(s): State<Arc<Sender>>, Json(req): Json<Value>
         )
             .into_response();
     };
-    let id = s.emit(kind, req["data"].clone());
+    let deliver = req["deliver"].as_bool().unwrap_or(true);
+    let id = s.emit(kind, req["data"].clone(), deliver);
     (StatusCode::CREATED, Json(json!({"id": id}))).into_response()
 }
 
@@ -350,8 +362,6 @@ pub(crate) async fn deliver(
 
 /// Registers `receiver` with the processor at `processor_url`, retrying every 500 ms until it
 /// answers (an API server does this when it starts; the processor may start later).
-// Used by `oncely serve` once its receiver route exists (next commit).
-#[allow(dead_code)]
 pub async fn register_receiver(processor_url: String, receiver: String) {
     let http = reqwest::Client::new();
     loop {
@@ -501,7 +511,8 @@ mod tests {
             .json()
             .await
             .unwrap();
-        assert_eq!(test["id"], "evt_00000002");
+        let test_id = test["id"].as_str().unwrap();
+        assert!(test_id.starts_with("evt_") && test_id != id, "{test}");
         let forget = http
             .delete(format!("{processor}/webhook-endpoints"))
             .send()
@@ -509,7 +520,7 @@ mod tests {
             .unwrap();
         assert_eq!(forget.status(), 204);
         let unheard = http
-            .post(format!("{processor}/events/evt_00000001/deliver"))
+            .post(format!("{processor}/events/{id}/deliver"))
             .json(&json!({"copies": 1}))
             .send()
             .await

@@ -1,4 +1,4 @@
-//! The reference API's business data (payments, orders): the schema, the reads, and the writes
+//! The reference API's business data (payments, orders, applied webhook events): the schema, the reads, and the writes
 //! a handler makes inside its [`oncely_sqlx::Tx`] ([`BusinessDb`], one SQL text for both
 //! dialects).
 //!
@@ -41,6 +41,20 @@ const SCHEMA: &[&str] = &[
         created_at BIGINT NOT NULL
     )",
     "CREATE INDEX IF NOT EXISTS oncely_orders_by_scope ON oncely_orders (scope, created_at)",
+    // One row per application of a webhook event. Deliberately no unique constraint on
+    // (sender, event_id): the table counts applications, so a duplicate would show as a second
+    // row; the receiver's claim, in the same transaction, is what keeps them to one (the
+    // webhook gate counts the rows). A production receiver may add one as a second fence.
+    "CREATE TABLE IF NOT EXISTS oncely_webhook_events (
+        id TEXT PRIMARY KEY,
+        sender TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        scope TEXT,
+        payment_id TEXT,
+        received_at BIGINT NOT NULL
+    )",
+    "CREATE INDEX IF NOT EXISTS oncely_webhook_events_by_payment ON oncely_webhook_events (scope, payment_id, received_at)",
 ];
 
 /// Serializes concurrent business-schema migrations (PostgreSQL; released at commit).
@@ -64,6 +78,16 @@ const INSERT_ORDER: &str =
     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING";
 const LIST_ORDERS: &str =
     "SELECT id, items, created_at FROM oncely_orders WHERE scope = $1 ORDER BY created_at, id";
+const INSERT_WEBHOOK_EVENT: &str = "INSERT INTO oncely_webhook_events
+    (id, sender, event_id, kind, scope, payment_id, received_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)";
+// A charge.succeeded confirms the charge of a payment still pending (its first attempt died
+// between the charge and its phase's commit) and names its charge; a payment already settled
+// keeps what its own phases recorded.
+const CONFIRM_CHARGE: &str = "UPDATE oncely_payments SET status = 'succeeded',
+    charge_id = COALESCE(charge_id, $1) WHERE scope = $2 AND id = $3 AND status IN ('pending', 'succeeded')";
+const LIST_WEBHOOK_EVENTS: &str = "SELECT id, sender, event_id, kind, received_at
+    FROM oncely_webhook_events WHERE scope = $1 AND payment_id = $2 ORDER BY received_at, id";
 const SELECT_ORDER_BY_ID: &str =
     "SELECT id, items, created_at FROM oncely_orders WHERE scope = $1 AND id = $2";
 
@@ -110,6 +134,24 @@ pub struct Order {
 pub struct Page<T> {
     /// The items, oldest first.
     pub data: Vec<T>,
+}
+
+/// One application of a webhook event, as recorded.
+pub struct WebhookEvent<'a> {
+    /// This application's own id (`whe_…`).
+    pub id: &'a str,
+    /// The sender whose signature verified.
+    pub sender: &'a str,
+    /// The event's id (`webhook-id`).
+    pub event_id: &'a str,
+    /// The event's type (`charge.succeeded`).
+    pub kind: &'a str,
+    /// The account the event is about, if it names one.
+    pub scope: Option<&'a str>,
+    /// The payment the event is about, if it names one.
+    pub payment: Option<&'a str>,
+    /// When it was applied, epoch milliseconds.
+    pub received_at: i64,
 }
 
 /// A new payment's fields.
@@ -270,6 +312,31 @@ impl Db {
         .await
     }
 
+    /// The webhook events applied to the caller's payment `id`, oldest first: one row per
+    /// application (`id`, `sender`, `event_id`, `type`, `received_at`).
+    pub async fn webhook_events(&self, scope: &str, id: &str) -> Result<Vec<serde_json::Value>> {
+        let (scope, id) = (scope.to_owned(), id.to_owned());
+        self.with_conn(move |t| {
+            Box::pin(async move {
+                dual!(t, c => {
+                    let rows = sqlx::query(LIST_WEBHOOK_EVENTS).bind(&scope).bind(&id).fetch_all(c).await?;
+                    rows.iter()
+                        .map(|r| {
+                            Ok(serde_json::json!({
+                                "id": r.try_get::<String, _>("id")?,
+                                "sender": r.try_get::<String, _>("sender")?,
+                                "event_id": r.try_get::<String, _>("event_id")?,
+                                "type": r.try_get::<String, _>("kind")?,
+                                "received_at": r.try_get::<i64, _>("received_at")?,
+                            }))
+                        })
+                        .collect::<Result<Vec<_>>>()
+                })
+            })
+        })
+        .await
+    }
+
     /// The caller's orders, oldest first.
     pub async fn orders(&self, scope: &str) -> Result<Vec<Order>> {
         let scope = scope.to_owned();
@@ -324,6 +391,18 @@ pub trait BusinessDb: sqlx::Database {
     ) -> sqlx::Result<()>;
     /// The caller's order by id.
     async fn order(c: &mut Self::Connection, scope: &str, id: &str) -> sqlx::Result<Option<Order>>;
+    /// Records one application of a webhook event.
+    async fn record_webhook_event(
+        c: &mut Self::Connection,
+        e: &WebhookEvent<'_>,
+    ) -> sqlx::Result<()>;
+    /// Confirms the charge `charge_id` of the payment `id` of `scope`; returns the rows changed.
+    async fn confirm_charge(
+        c: &mut Self::Connection,
+        scope: &str,
+        id: &str,
+        charge_id: &str,
+    ) -> sqlx::Result<u64>;
 }
 
 fn order_from<R: Row>(r: &R) -> sqlx::Result<Order>
@@ -434,6 +513,36 @@ macro_rules! business_db {
                     .fetch_optional(c)
                     .await?;
                 row.as_ref().map(order_from).transpose()
+            }
+            async fn record_webhook_event(
+                c: &mut <$db as sqlx::Database>::Connection,
+                e: &WebhookEvent<'_>,
+            ) -> sqlx::Result<()> {
+                sqlx::query(INSERT_WEBHOOK_EVENT)
+                    .bind(e.id)
+                    .bind(e.sender)
+                    .bind(e.event_id)
+                    .bind(e.kind)
+                    .bind(e.scope)
+                    .bind(e.payment)
+                    .bind(e.received_at)
+                    .execute(c)
+                    .await
+                    .map(drop)
+            }
+            async fn confirm_charge(
+                c: &mut <$db as sqlx::Database>::Connection,
+                scope: &str,
+                id: &str,
+                charge_id: &str,
+            ) -> sqlx::Result<u64> {
+                sqlx::query(CONFIRM_CHARGE)
+                    .bind(charge_id)
+                    .bind(scope)
+                    .bind(id)
+                    .execute(c)
+                    .await
+                    .map(|r| r.rows_affected())
             }
         }
     };

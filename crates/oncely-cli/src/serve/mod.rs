@@ -13,7 +13,7 @@
 //! | [`router`] | every route, the layer over the writes, the middleware order |
 //! | [`grpc`] | the Payments API over gRPC on the same port (`CreatePayment` with the REST flow's business function, `GetPayment`) |
 //! | [`auth`] | `Authorization: Bearer <account>` -> the scope |
-//! | [`routes`] | one file per resource: [`routes::payments`] (the payment flow, top to bottom), [`routes::orders`], [`routes::reads`], [`routes::keys`] |
+//! | [`routes`] | one file per resource: [`routes::payments`] (the payment flow, top to bottom), [`routes::orders`], [`routes::reads`], [`routes::keys`], [`routes::webhooks`] (the webhook receiver) |
 //! | [`problems`] | the problem+json answers, `404`/`405` for what is not a route |
 //! | [`metrics`], [`health`], [`openapi`] | `/metrics`, `/healthz` and `/readyz`, `/openapi.json` |
 //! | [`should_retry`] | `x-should-retry` on every problem |
@@ -60,13 +60,16 @@ pub struct ServeConfig {
     pub completer_grace: Option<Duration>,
     /// Serve the same endpoints without the idempotency layer (the benchmark baseline).
     pub idempotency_off: bool,
+    /// The Standard Webhooks secret the processor signs its events with (`whsec_<base64>`).
+    pub webhook_secret: String,
 }
 
 /// Opens the store and builds the app.
 ///
 /// # Errors
 ///
-/// An invalid policy, or a store that cannot be opened (see [`store::open`]).
+/// An invalid policy or webhook secret, or a store that cannot be opened (see
+/// [`store::open`]).
 pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
     cfg.policy
         .validate()
@@ -83,10 +86,17 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
         layer.metrics(),
         (!cfg.idempotency_off).then(|| layer.drain()),
     )?;
+    let verify = oncely_tower::StandardWebhooksLayer::new()
+        .with_sender(
+            oncely_core::Scope::new(routes::webhooks::SENDER),
+            &cfg.webhook_secret,
+        )
+        .context("--webhook-secret")?;
     let router = router::router(
         app.clone(),
         &opened.backend,
         (!cfg.idempotency_off).then_some(layer),
+        verify,
     );
     Ok((app, router))
 }

@@ -53,6 +53,7 @@ struct ApiDoc;
 pub fn document(policy: &Policy) -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     IdempotencyDoc::new(policy).modify(&mut doc);
+    WebhookDoc.modify(&mut doc);
     ServerDoc.modify(&mut doc);
     doc
 }
@@ -210,5 +211,96 @@ mod tests {
                 .unwrap()
                 .contains("idempotency_key_mismatch")
         );
+    }
+}
+
+/// The webhook receiver's part of the document: `POST /webhooks/processor` (keyed by the
+/// sender's `webhook-id`, not by `Idempotency-Key`, so it is added after [`IdempotencyDoc`],
+/// marked with the `x-oncely-key-source` extension `oncely lint` honours) and the read of what
+/// it applied, `GET /v1/payments/{id}/events`. [`ServerDoc`] then adds its problem headers.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookDoc;
+
+impl WebhookDoc {
+    fn paths() -> serde_json::Value {
+        let problem = |description: &str| {
+            serde_json::json!({
+                "description": description,
+                "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+            })
+        };
+        serde_json::json!({
+            "/v1/payments/{id}/events": {"get": {
+                "operationId": "listPaymentEvents",
+                "summary": "The webhook events applied to the caller's payment, one row per application.",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {
+                    "200": {"description": "OK", "content": {"application/json": {"schema": {
+                        "type": "object",
+                        "properties": {"data": {"type": "array", "items": {"$ref": "#/components/schemas/AppliedEvent"}}}
+                    }}}},
+                    "401": problem("`unauthenticated`."),
+                    "404": problem("`not_found`."),
+                    "503": problem("`unavailable`: the database could not answer; retry later.")
+                }
+            }},
+            "/webhooks/processor": {"post": {
+                "operationId": "receiveProcessorEvent",
+                "summary": "The card processor's Standard Webhooks events (charge.succeeded), each applied once.",
+                "description": "Signed by the processor (`webhook-signature: v1,<base64 HMAC-SHA256 of webhook-id.webhook-timestamp.body>`), verified before any claim. Keyed by `webhook-id` (not `Idempotency-Key`), scoped by the sender: a redelivery gets the stored answer with `Idempotent-Replayed: true`.",
+                "security": [],
+                "x-oncely-key-source": "webhook-id",
+                "parameters": [
+                    {"name": "webhook-id", "in": "header", "required": true, "description": "The event's id, the same on every redelivery: the idempotency key.", "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]{1,255}$"}},
+                    {"name": "webhook-timestamp", "in": "header", "required": true, "description": "When this attempt was signed, seconds since the epoch; within 300 seconds of now.", "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+                    {"name": "webhook-signature", "in": "header", "required": true, "description": "Space-separated `v1,<base64>` signatures.", "schema": {"type": "string"}}
+                ],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Event"}}}},
+                "responses": {
+                    "200": {
+                        "description": "Applied (or, on a redelivery, the stored answer of its one application).",
+                        "headers": {"Idempotent-Replayed": {"description": "`true` on a redelivery.", "schema": {"type": "string", "enum": ["true"]}}},
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EventReceipt"}}}
+                    },
+                    "400": problem("`webhook_headers_invalid`, `webhook_timestamp_out_of_tolerance`, `idempotency_key_invalid`, `idempotency_body_not_canonicalizable` or `invalid_event`: nothing was applied."),
+                    "401": problem("`webhook_signature_invalid`: no signature matches for the processor's secret; nothing was applied."),
+                    "409": problem("`idempotency_request_in_flight` (the same event is being applied; the sender retries) or `idempotency_request_needs_attention`."),
+                    "413": problem("`webhook_body_too_large`."),
+                    "422": problem("`idempotency_key_mismatch`: another body under a known event id; never applied."),
+                    "503": problem("`idempotency_store_unavailable`, `database_unavailable`, `server_shutting_down` or `unavailable`: nothing was applied; the sender retries.")
+                }
+            }}
+        })
+    }
+
+    fn schemas() -> serde_json::Value {
+        serde_json::json!({
+            "Event": {
+                "type": "object", "required": ["type"],
+                "properties": {"id": {"type": "string"}, "type": {"type": "string"}, "created": {"type": "integer"}, "data": {"type": "object"}}
+            },
+            "EventReceipt": {
+                "type": "object",
+                "properties": {"received": {"type": "string"}, "type": {"type": "string"}, "payment": {"type": ["string", "null"]}, "confirmed": {"type": "boolean"}, "received_at": {"type": "integer"}}
+            },
+            "AppliedEvent": {
+                "type": "object",
+                "properties": {"id": {"type": "string"}, "sender": {"type": "string"}, "event_id": {"type": "string"}, "type": {"type": "string"}, "received_at": {"type": "integer", "description": "Epoch milliseconds."}}
+            }
+        })
+    }
+}
+
+impl Modify for WebhookDoc {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let paths: std::collections::BTreeMap<String, utoipa::openapi::path::PathItem> =
+            serde_json::from_value(Self::paths()).expect("the webhook paths are valid OpenAPI");
+        doc.paths.paths.extend(paths);
+        let schemas: std::collections::BTreeMap<String, RefOr<utoipa::openapi::schema::Schema>> =
+            serde_json::from_value(Self::schemas()).expect("the webhook schemas are valid OpenAPI");
+        doc.components
+            .get_or_insert_with(Default::default)
+            .schemas
+            .extend(schemas);
     }
 }

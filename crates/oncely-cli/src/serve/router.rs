@@ -8,7 +8,7 @@
 //! response -> back out.
 
 use super::db::BusinessDb;
-use super::routes::{keys, orders, payments, reads};
+use super::routes::{keys, orders, payments, reads, webhooks};
 use super::store::Backend;
 use super::{App, auth, grpc, health, metrics, openapi, problems, should_retry, trace};
 use axum::Router;
@@ -18,7 +18,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use oncely_core::{IdempotencyKey, Policy, RecordKey, Scope};
-use oncely_tower::IdempotencyLayer;
+use oncely_tower::{IdempotencyLayer, KeySource, StandardWebhooksLayer};
 
 /// The write routes, with handlers whose transactions run on store type `S`.
 fn write_routes<S>() -> Router<App>
@@ -92,6 +92,53 @@ fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
     }
 }
 
+/// The webhook receiver, with a handler whose transaction runs on store type `S`.
+fn receiver_routes<S>() -> Router<App>
+where
+    S: oncely_sqlx::SqlStore,
+    S::Database: BusinessDb,
+{
+    Router::new().route(webhooks::PATH, post(webhooks::receive::<S>))
+}
+
+/// The webhook receiver over `backend`: the signature verified first (outermost, before any
+/// claim; the sender becomes the scope), then the API's layer keyed on `webhook-id` (a clone:
+/// it shares the store, the metrics and the graceful shutdown), or, without one, a plain
+/// transaction (the benchmark baseline).
+fn receivers(
+    backend: &Backend,
+    layer: Option<IdempotencyLayer>,
+    verify: StandardWebhooksLayer,
+) -> Router<App> {
+    use oncely_sqlx::unclaimed::UnclaimedStore;
+    fn plain<DB>(pool: sqlx::Pool<DB>) -> Router<App>
+    where
+        DB: sqlx::Database + BusinessDb,
+    {
+        receiver_routes::<UnclaimedStore<DB>>()
+            .route_layer(middleware::from_fn_with_state(pool, unclaimed::<DB>))
+    }
+    let webhook_id = KeySource::header(standardwebhooks::HEADER_WEBHOOK_ID)
+        .expect("webhook-id is a header name");
+    let routes = match (backend, layer.map(|l| l.with_key_source(webhook_id))) {
+        (Backend::Sqlite(_), Some(l)) => {
+            receiver_routes::<oncely_sqlite::SqliteStore>().route_layer(l)
+        }
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres(_), Some(l)) => {
+            receiver_routes::<oncely_postgres::PostgresStore>().route_layer(l)
+        }
+        (Backend::Split(_), Some(l)) => {
+            receiver_routes::<oncely_sqlx::Split<sqlx::Sqlite>>().route_layer(l)
+        }
+        (Backend::Sqlite(s), None) => plain(s.pool().clone()),
+        #[cfg(feature = "postgres")]
+        (Backend::Postgres(s), None) => plain(s.pool().clone()),
+        (Backend::Split(s), None) => plain(s.pool().clone()),
+    };
+    routes.route_layer(verify)
+}
+
 /// The idempotency layer for `backend`'s store, with `policy`.
 pub fn layer_for(backend: &Backend, policy: Policy) -> IdempotencyLayer {
     match backend {
@@ -103,13 +150,21 @@ pub fn layer_for(backend: &Backend, policy: Policy) -> IdempotencyLayer {
 }
 
 /// Builds the router; `layer` (made by [`layer_for`] for `backend`) is `None` for the baseline
-/// without idempotency.
-pub fn router(app: App, backend: &Backend, layer: Option<IdempotencyLayer>) -> Router {
+/// without idempotency; `verify` authenticates the webhook receiver's deliveries.
+pub fn router(
+    app: App,
+    backend: &Backend,
+    layer: Option<IdempotencyLayer>,
+    verify: StandardWebhooksLayer,
+) -> Router {
+    let receivers = receivers(backend, layer.clone(), verify);
     let writes = writes(backend, layer);
     let router = Router::new()
         .merge(writes)
+        .merge(receivers)
         .route("/v1/payments", get(reads::list_payments))
         .route("/v1/payments/{id}", get(reads::get_payment))
+        .route("/v1/payments/{id}/events", get(reads::payment_events))
         .route("/v1/orders", get(reads::list_orders))
         .route("/v1/orders/{id}", get(reads::get_order))
         .route("/v1/idempotency-keys/{key}", get(keys::key_state))

@@ -4,8 +4,9 @@
 //! |---|---|
 //! | [`payments`] | `POST /v1/payments`: the multi-phase payment flow, top to bottom |
 //! | [`orders`] | `POST /v1/orders`: one phase, one commit |
-//! | [`reads`] | `GET /v1/payments`, `/v1/payments/{id}`, `/v1/orders`, `/v1/orders/{id}` |
+//! | [`reads`] | `GET /v1/payments`, `/v1/payments/{id}`, `/v1/payments/{id}/events`, `/v1/orders`, `/v1/orders/{id}` |
 //! | [`keys`] | `GET /v1/idempotency-keys/{key}`: the state of the caller's key |
+//! | [`webhooks`] | `POST /webhooks/processor`: the processor's signed Standard Webhooks events, each applied once |
 //!
 //! [`body`] checks the write routes' JSON bodies before any effect.
 
@@ -14,6 +15,7 @@ pub mod keys;
 pub mod orders;
 pub mod payments;
 pub mod reads;
+pub mod webhooks;
 
 use super::problems::not_executed;
 use axum::Json;

@@ -1,4 +1,5 @@
-//! The reads: the caller's payments and orders, listed or by id.
+//! The reads: the caller's payments and orders, listed or by id, and the webhook events
+//! applied to a payment.
 
 use crate::serve::App;
 use crate::serve::db::{Order, Page, Payment};
@@ -47,6 +48,24 @@ pub async fn get_payment(
     Path(id): Path<String>,
 ) -> Response {
     found(app.db().payment_by_id(scope.as_str(), &id).await, "payment")
+}
+
+/// `GET /v1/payments/{id}/events`: the webhook events applied to the caller's payment, one
+/// row per application (so a duplicate would show).
+pub async fn payment_events(
+    State(app): State<App>,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+) -> Response {
+    match app.db().payment_by_id(scope.as_str(), &id).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return not_found("payment"),
+        Err(e) => return internal(e),
+    }
+    match app.db().webhook_events(scope.as_str(), &id).await {
+        Ok(events) => Json(serde_json::json!({ "data": events })).into_response(),
+        Err(e) => internal(e),
+    }
 }
 
 /// `GET /v1/orders/{id}`.
