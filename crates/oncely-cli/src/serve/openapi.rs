@@ -149,7 +149,8 @@ mod tests {
             let doc = document(policy);
             let report = lint(&doc);
             assert!(report.passed(), "{}", report.render_text());
-            assert_eq!(report.to_json()["operations_checked"], 2);
+            // POST /v1/payments, POST /v1/orders and the webhook receiver (keyed by webhook-id).
+            assert_eq!(report.to_json()["operations_checked"], 3);
         }
         let v = |p: &Policy| serde_json::to_value(document(p)).unwrap();
         let ietf = v(&policies[0]);
