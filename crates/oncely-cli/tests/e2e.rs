@@ -513,8 +513,8 @@ fn gates(args: &[&str]) -> Value {
 /// The gates' key measurements: one payment and one charge for N concurrent identical
 /// requests, no repeated outside call after crashes, no duplicate side effect in the fleet,
 /// across a rolling SIGTERM restart no duplicate, no lost payment, clean exits and no retry
-/// answered "in flight" (waiting on a lease); the first two over gRPC; and every webhook event
-/// applied exactly once.
+/// answered "in flight" (waiting on a lease); the first two over gRPC; and one application per
+/// webhook event id.
 fn assert_all_gates_pass(report: &Value) {
     assert_eq!(report["passed"], true, "{report:#}");
     let gates = report["gates"].as_array().unwrap();

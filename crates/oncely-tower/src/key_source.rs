@@ -33,11 +33,11 @@ use std::fmt;
 /// `Idempotency-Key` header (IETF draft-ietf-httpapi-idempotency-key-header).
 ///
 /// Every source applies the key rules of [`IdempotencyKey::parse`]: 1 to 255 visible ASCII
-/// characters, the structured-field quoted form unquoted; a header must be sent exactly once.
+/// characters, the structured-field quoted form unquoted; a header must not be repeated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeySource {
-    /// A request header, sent exactly once: `Idempotency-Key` (the default), `webhook-id`
+    /// A request header, sent once (never repeated): `Idempotency-Key` (the default), `webhook-id`
     /// (Standard Webhooks), `X-GitHub-Delivery` (GitHub) ...
     Header(HeaderName),
     /// A string member of the JSON request body named by an RFC 6901 JSON Pointer, such as

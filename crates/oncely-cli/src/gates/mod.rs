@@ -17,8 +17,8 @@
 //! 5. **gRPC concurrency** and 6. **gRPC crash recovery** ([`grpc`]): gates 1 and 2 through the
 //!    gRPC Payments service (`CreatePayment`, same port), with tonic's client.
 //! 7. **Webhook** ([`webhook`]): the processor's signed events delivered 50 times at once and
-//!    redelivered after a receiver was SIGKILLed right after applying one -> each event applied
-//!    exactly once.
+//!    redelivered after a receiver was SIGKILLed right after applying one -> one application
+//!    per event id.
 //!
 //! Everything runs on this machine: the processor and the API servers are child processes on
 //! free loopback ports, and the store is a fresh embedded SQLite file unless `--store` says

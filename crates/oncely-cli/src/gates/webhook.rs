@@ -1,5 +1,5 @@
-//! Gate 6, webhook: the processor's signed `charge.succeeded` events, delivered at least once,
-//! are applied exactly once each by `POST /webhooks/processor` (counted as rows of the applied
+//! Gate 7, webhook: the processor's signed `charge.succeeded` events, delivered at least once,
+//! must each be applied once (one application per event id) by `POST /webhooks/processor` (counted as rows of the applied
 //! events: one per application).
 //!
 //! 1. A payment is created; its charge emits an event, which the processor delivers by itself.
