@@ -60,6 +60,10 @@ class Processor(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])) or b"{}")
+        if self.path == "/webhook-endpoints":
+            # oncely serve registers its webhook receiver at start; this fake sends no events.
+            self._send(201, {"url": body.get("url")})
+            return
         key = self.path + " " + self.headers["idempotency-key"]
         if self.path == "/charges":
             time.sleep(0.5)
@@ -115,11 +119,14 @@ def metadata(key, account="acct_python"):
 
 
 def metric(name):
+    """The series `name` summed over its label sets (the exporter labels the layer's counters
+    by route and store); 0 when it has no sample yet."""
     text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def create(key, amount=1999, timeout=30):
