@@ -209,45 +209,10 @@ pub fn render(policy: &Policy) -> String {
         ),
         _ => String::new(),
     };
-    let redrive = oncely_core::jobs::RedrivePolicy::default();
-    let rows: [(ErrorCode, String); 8] = [
-        (ErrorCode::KeyMissing, "the write needs a key: add one".into()),
-        (ErrorCode::KeyInvalid, "empty, too long, not visible ASCII, badly quoted or repeated: fix the key".into()),
-        (
-            ErrorCode::RequestInFlight,
-            format!(
-                "{in_flight_note}another request with this key is running: retry the same request after `Retry-After`, sized from the first request's age and progress and its lease (at least {} s, at most {} s, never past the lease)",
-                policy.retry_after_secs.max(1),
-                oncely_core::MAX_IN_FLIGHT_RETRY_AFTER_SECS
-            ),
-        ),
-        (
-            ErrorCode::KeyMismatch,
-            "the key was used for a different request (method, path, query, media type or body; JSON bodies are compared canonically, so key order and whitespace do not matter): a client bug; never retry, use a new key for a new operation".into(),
-        ),
-        (
-            ErrorCode::BodyNotCanonicalizable,
-            "the JSON body is not I-JSON (RFC 7493): a member name repeated in one object, a lone surrogate escape (`\\ud800`), or a number a double cannot carry exactly (more than 15 significant digits, or an exponent beyond +-300); it has no canonical form, so it cannot be matched with an earlier request: nothing ran; remove the repeated name (or send the number as a string) and retry with the same key".into(),
-        ),
-        (
-            ErrorCode::StoreUnavailable,
-            "nothing ran (the key store could not be reached, or its replicas did not acknowledge the claim in time): retry the same request after `Retry-After`".into(),
-        ),
-        (
-            ErrorCode::ResponseNotRetained,
-            "the request completed but its response was too large to keep: it is not re-executed; read the resource instead".into(),
-        ),
-        (
-            ErrorCode::RequestNeedsAttention,
-            format!(
-                "the request with this key was abandoned part-way (its server died, or a system it calls kept failing) and the server's completer could not finish it ({} re-drives by default, pausing {} then doubling up to {}): it is marked for a person and never executed again; do not retry it, and do not retry with a new key either (it may have taken effect part-way): contact the API's operator",
-                redrive.max_attempts,
-                human(redrive.backoff_base),
-                human(redrive.backoff_cap)
-            ),
-        ),
-    ];
-    for (code, meaning) in rows {
+    // Every code the libraries emit, by iterating `ErrorCode::ALL`: a new code cannot be left
+    // out of the contract.
+    for code in ErrorCode::ALL {
+        let meaning = meaning(code, policy, &in_flight_note);
         let _ = writeln!(
             w,
             "| `{code}` | {} | {} | {meaning} |",
@@ -285,7 +250,10 @@ pub fn render(policy: &Policy) -> String {
          outage answers keyed writes `503 idempotency_store_unavailable` until the store is back, \
          then serves).\n"
     );
-    let _ = writeln!(w, "Other errors of this API (problem+json too):\n");
+    let _ = writeln!(
+        w,
+        "Other errors of this API, its own codes (problem+json too, rendered the same way):\n"
+    );
     let _ = writeln!(
         w,
         "| code | status | retryable | meaning and what to do |\n|---|---|---|---|"
@@ -316,46 +284,16 @@ pub fn render(policy: &Policy) -> String {
             "send `Authorization: Bearer <account>`",
         ),
         (
-            "idempotency_scope_missing",
-            401,
-            "no",
-            "the server could not tell who is calling, so it cannot scope the key",
-        ),
-        (
-            "idempotency_request_too_large",
-            413,
-            "no",
-            "the body is over the limit above",
-        ),
-        (
             "upstream_unavailable",
             503,
             "yes",
             "an outside system (the card processor, the mailer) failed part-way: the request stopped at its last committed step; retry the same request with the same key and it resumes there, never repeating a step that succeeded",
         ),
         (
-            "database_unavailable",
-            503,
-            "yes",
-            "the database failed transiently (connection, lock, serialization): nothing of that step committed; retry the same request with the same key",
-        ),
-        (
-            "database_refused",
-            422,
-            "no",
-            "the database refused a value of the request for good (for example a text with a NUL character): nothing was committed, the same request cannot succeed; correct it (the key is free again)",
-        ),
-        (
             "card_declined",
             402,
             "no",
             "a result, stored and replayed like a success",
-        ),
-        (
-            "server_shutting_down",
-            503,
-            "yes",
-            "this server instance is shutting down and ran nothing (a deploy): retry the same request with the same key after `Retry-After`",
         ),
         ("not_found", 404, "no", "no such resource for this account"),
         (
@@ -463,6 +401,49 @@ pub fn render(policy: &Policy) -> String {
     o
 }
 
+/// What `code` means to an integrator and what to do about it, with the live numbers of
+/// `policy`.
+fn meaning(code: ErrorCode, policy: &Policy, in_flight_note: &str) -> String {
+    let redrive = oncely_core::jobs::RedrivePolicy::default();
+    match code {
+        ErrorCode::KeyMissing => "the write needs a key: add one".into(),
+        ErrorCode::KeyInvalid => "empty, too long, not visible ASCII, badly quoted or repeated: fix the key".into(),
+        ErrorCode::RequestInFlight => format!(
+            "{in_flight_note}another request with this key is running: retry the same request after `Retry-After`, sized from the first request's age and progress and its lease (at least {} s, at most {} s, never past the lease)",
+            policy.retry_after_secs.max(1),
+            oncely_core::MAX_IN_FLIGHT_RETRY_AFTER_SECS
+        ),
+        ErrorCode::KeyMismatch => "the key was used for a different request (method, path, query, media type or body; JSON bodies are compared canonically, so key order and whitespace do not matter): a client bug; never retry, use a new key for a new operation".into(),
+        ErrorCode::BodyNotCanonicalizable => "the JSON body is not I-JSON (RFC 7493): a member name repeated in one object, a lone surrogate escape (`\\ud800`), or a number a double cannot carry exactly (more than 15 significant digits, or an exponent beyond +-300); it has no canonical form, so it cannot be matched with an earlier request: nothing ran; remove the repeated name (or send the number as a string) and retry with the same key".into(),
+        ErrorCode::StoreUnavailable => "nothing ran (the key store could not be reached, or its replicas did not acknowledge the claim in time): retry the same request after `Retry-After`".into(),
+        ErrorCode::ResponseNotRetained => "the request completed but its response was too large to keep: it is not re-executed; read the resource instead".into(),
+        ErrorCode::RequestNeedsAttention => format!(
+            "the request with this key was abandoned part-way (its server died, or a system it calls kept failing) and the server's completer could not finish it ({} re-drives by default, pausing {} then doubling up to {}): it is marked for a person and never executed again; do not retry it, and do not retry with a new key either (it may have taken effect part-way): contact the API's operator",
+            redrive.max_attempts,
+            human(redrive.backoff_base),
+            human(redrive.backoff_cap)
+        ),
+        ErrorCode::ScopeMissing => "the server could not tell who is calling, so it cannot scope the key".into(),
+        ErrorCode::RequestTooLarge => "the body is over the limit above".into(),
+        ErrorCode::RequestBodyUnreadable => "the request body could not be read completely (the connection or a proxy cut it): it has no fingerprint, and nothing ran".into(),
+        ErrorCode::LayerMissing => "a server misconfiguration (the route is not behind the idempotency layer): nothing ran; tell the API's operator".into(),
+        ErrorCode::HandlerMisuse => "a server bug (the handler used its idempotent transaction wrongly): nothing was committed; tell the API's operator".into(),
+        ErrorCode::HandlerDidNotCommit => "a server bug (the handler answered success without committing its transaction): nothing of its last step was kept; tell the API's operator".into(),
+        ErrorCode::ResponseFailed => "the response broke while it was being stored: nothing was committed; retry the same request with the same key".into(),
+        ErrorCode::ServerShuttingDown => "this server instance is shutting down and ran nothing (a deploy): retry the same request with the same key after `Retry-After`".into(),
+        ErrorCode::StreamingUnsupported => "gRPC only: a key on a client-streaming or bidirectional method, which cannot be made idempotent: nothing ran; call it without a key".into(),
+        ErrorCode::DatabaseUnavailable => "the database failed transiently (connection, lock, serialization): nothing of that step committed; retry the same request with the same key".into(),
+        ErrorCode::DatabaseRefused => "the database refused a value of the request for good (for example a text with a NUL character): nothing was committed, the same request cannot succeed; correct it (the key is free again)".into(),
+        ErrorCode::DatabaseError => "the request failed in the database: nothing was committed; tell the API's operator".into(),
+        ErrorCode::RecoveryPointInvalid => "the stored progress of the request cannot be read by this version of the server: it is not resumed; tell the API's operator".into(),
+        ErrorCode::WebhookSignatureInvalid => "webhook receiver: no signature matches the delivery for the sender's secret: nothing was applied".into(),
+        ErrorCode::WebhookTimestampOutOfTolerance => "webhook receiver: `webhook-timestamp` is more than 5 minutes away from now: nothing was applied; the sender's retry signs again with the current time".into(),
+        ErrorCode::WebhookHeadersInvalid => "webhook receiver: `webhook-id`, `webhook-timestamp` or `webhook-signature` missing, repeated or malformed: nothing was applied".into(),
+        ErrorCode::WebhookBodyTooLarge => "webhook receiver: the delivery's body is over the receiver's limit: nothing was applied".into(),
+        other => other.title().to_owned(),
+    }
+}
+
 /// The gRPC section: the key in metadata, the status table and the A6 retry policy it is made
 /// for, all from the live tables of `oncely-grpc`.
 fn grpc(w: &mut String, policy: &Policy, sdk: &RetryPolicy) {
@@ -500,18 +481,7 @@ fn grpc(w: &mut String, policy: &Policy, sdk: &RetryPolicy) {
         policy.profile.name()
     );
     for row in oncely_grpc::GRPC_STATUS_TABLE {
-        let http = ErrorCode::ALL
-            .iter()
-            .find(|c| c.as_str() == row.code)
-            .map_or_else(
-                || match row.code {
-                    "server_shutting_down" => "503".to_owned(),
-                    "handler_did_not_commit" => "500".to_owned(),
-                    "idempotency_streaming_unsupported" => "-".to_owned(),
-                    _ => "400".to_owned(),
-                },
-                |c| policy.profile.status(*c).to_string(),
-            );
+        let http = policy.profile.status(row.code);
         let _ = writeln!(
             w,
             "| `{}` | `{}`{} | {} | {} |",
@@ -559,6 +529,24 @@ mod tests {
             on_disk == rendered,
             "docs/CONTRACT.md is stale: regenerate it with `cargo run -- contract > docs/CONTRACT.md`"
         );
+    }
+
+    #[test]
+    fn contract_lists_every_error_code_with_its_status() {
+        for profile in oncely_core::StatusProfile::ALL {
+            let text = render(&Policy {
+                profile,
+                ..Policy::default()
+            });
+            for code in ErrorCode::ALL {
+                let row = format!(
+                    "| `{code}` | {} | {} |",
+                    profile.status(code),
+                    if code.retryable() { "yes" } else { "no" }
+                );
+                assert!(text.contains(&row), "{row} missing");
+            }
+        }
     }
 
     #[test]

@@ -20,40 +20,113 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 /// while the first request still runs, and their caller retries with a new key.
 pub const X_SHOULD_RETRY: &str = "x-should-retry";
 
-/// What went wrong, as a stable machine-readable code.
+/// What went wrong, as a stable machine-readable code: every code a library crate of Oncely
+/// emits (the layer, the transactional phases, the webhook receiver, the gRPC dialect).
+///
+/// Each code knows its HTTP status ([`ErrorCode::status`], under the default `ietf` profile;
+/// [`StatusProfile::status`] for the others), its [`title`](ErrorCode::title) and whether a
+/// retry of the same request may succeed ([`retryable`](ErrorCode::retryable)). Each variant's
+/// doc says where its rule comes from. Codes of an application (a server's `not_found`,
+/// `validation_failed`, ...) are not variants: build them with [`Problem::custom`].
+///
+/// `#[non_exhaustive]`: a later version may add codes; [`ErrorCode::ALL`] lists them all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorCode {
-    /// The route requires a key and none was sent.
+    /// `idempotency_key_missing`, `400`: the route requires a key and none was sent
+    /// (draft-ietf-httpapi-idempotency-key-header section 2.7).
     KeyMissing,
-    /// The key is empty, too long, not visible ASCII, badly quoted or the header was repeated.
+    /// `idempotency_key_invalid`, `400`: the key is empty, too long, not visible ASCII, badly
+    /// quoted or the header was repeated (the key contract of `docs/DESIGN.md`; the draft's
+    /// section 2.1 for the quoted form).
     KeyInvalid,
-    /// The key was used before for a request with a different fingerprint. A client bug: never
-    /// retry it.
+    /// `idempotency_key_mismatch`, `422` (`ietf`; profile-dependent): the key was used before
+    /// for a request with a different fingerprint. A client bug: never retry it (the draft's
+    /// section 2.7).
     KeyMismatch,
-    /// Another request with this key is being processed; retry after `Retry-After`.
+    /// `idempotency_request_in_flight`, `409`, retryable: another request with this key is
+    /// being processed; retry after `Retry-After` (the draft's section 2.7).
     RequestInFlight,
-    /// The key store could not be reached or timed out; nothing ran (fail closed).
+    /// `idempotency_store_unavailable`, `503`, retryable: the key store could not be reached or
+    /// timed out; nothing ran (fail closed, `docs/DESIGN.md`).
     StoreUnavailable,
-    /// The request completed but its response was too large (or an over-limit stream) to keep;
-    /// it is not re-executed and the original body cannot be replayed.
+    /// `idempotency_response_not_retained`, `409`: the request completed but its response was
+    /// too large (or an over-limit stream) to keep; it is not re-executed and the original body
+    /// cannot be replayed (never a silent partial replay, `docs/DESIGN.md`).
     ResponseNotRetained,
-    /// The layer could not establish who the caller is, so it cannot scope the key.
+    /// `idempotency_scope_missing`, `401`: the layer could not establish who the caller is, so
+    /// it cannot scope the key (records are unique on `(scope, key)`, `docs/DESIGN.md`).
     ScopeMissing,
-    /// The request body is larger than the limit the layer buffers for fingerprinting.
+    /// `idempotency_request_too_large`, `413`: the request body is larger than the limit the
+    /// layer buffers for fingerprinting (RFC 9110 section 15.5.14).
     RequestTooLarge,
-    /// The request body is JSON but not I-JSON (RFC 7493: a member name repeated in one object,
-    /// a lone surrogate escape, or a number a double may not carry exactly), so it has no
-    /// RFC 8785 canonical form and no fingerprint: refused before any claim, nothing ran. Not
-    /// retryable unchanged: send the body without the repeated name (or the number as a
-    /// string).
+    /// `idempotency_body_not_canonicalizable`, `400`: the request body is JSON but not I-JSON
+    /// (RFC 7493: a member name repeated in one object, a lone surrogate escape, or a number a
+    /// double may not carry exactly), so it has no RFC 8785 canonical form and no fingerprint:
+    /// refused before any claim, nothing ran. Not retryable unchanged: send the body without the
+    /// repeated name (or the number as a string).
     BodyNotCanonicalizable,
-    /// The request with this key was abandoned part-way (its server died or an outside system
-    /// kept failing), the completer re-drove it a bounded number of times without finishing
-    /// it, and marked it for a person. It is never executed again: the first attempt may have
-    /// taken effect part-way, and only a person can tell. Not retryable, and a retry with a
-    /// *new* key may execute the request a second time: contact the operator instead.
+    /// `idempotency_request_needs_attention`, `409`: the request with this key was abandoned
+    /// part-way (its server died or an outside system kept failing), the completer re-drove it
+    /// a bounded number of times without finishing it, and marked it for a person. It is never
+    /// executed again: the first attempt may have taken effect part-way, and only a person can
+    /// tell. Not retryable, and a retry with a *new* key may execute the request a second time:
+    /// contact the operator instead (`docs/DESIGN.md`, "Every request ends").
     RequestNeedsAttention,
+    /// `idempotency_request_body_unreadable`, `400`: the layer could not read the request body
+    /// completely (the client or a proxy broke the stream), so it has no fingerprint; nothing
+    /// ran (the fingerprint is computed from the bytes received, `docs/DESIGN.md`).
+    RequestBodyUnreadable,
+    /// `idempotency_layer_missing`, `500`: a handler needs the layer's claim (an
+    /// `IdempotencyContext` or a transactional `Tx`) but the request carries none: a server
+    /// misconfiguration (the route is not behind the layer).
+    LayerMissing,
+    /// `idempotency_handler_misuse`, `500`: the handler used its idempotent transaction wrongly
+    /// (a second `Tx` extractor, a step begun after the commit): a server bug.
+    HandlerMisuse,
+    /// `handler_did_not_commit`, `500`: the handler answered success without committing its
+    /// idempotent transaction, so its writes were rolled back and nothing was stored; the layer
+    /// answers this instead of the success, which would be a lie (a server bug).
+    HandlerDidNotCommit,
+    /// `response_failed`, `500`, retryable: the response body broke while the transactional
+    /// commit captured it; nothing was committed, so a retry with the same key runs again.
+    ResponseFailed,
+    /// `server_shutting_down`, `503`, retryable: the server instance is draining (graceful
+    /// shutdown, `docs/DESIGN.md` "Operating the server") and did not run the request; another
+    /// instance answers the retry.
+    ServerShuttingDown,
+    /// `idempotency_streaming_unsupported`, `501`: a key on a client-streaming or bidirectional
+    /// gRPC method, which cannot be made idempotent (`UNIMPLEMENTED` over gRPC).
+    StreamingUnsupported,
+    /// `database_unavailable`, `503`, retryable: a transactional phase failed transiently in
+    /// the database (connection, lock, deadlock, serialization: SQLSTATE classes 08, 40, 53,
+    /// 57, SQLite `BUSY`/`LOCKED`); it rolled back, and a retry with the same key runs it again.
+    DatabaseUnavailable,
+    /// `database_refused`, `422`: the database refused a value of the request for good (a
+    /// constraint, a value of the wrong shape: SQLSTATE classes 22 and 23, SQLite constraint
+    /// errors); nothing committed and the same request cannot succeed.
+    DatabaseRefused,
+    /// `database_error`, `500`: any other database failure of a transactional phase (a bug, a
+    /// schema problem); nothing committed.
+    DatabaseError,
+    /// `recovery_point_invalid`, `500`: a stored recovery point does not decode as the
+    /// handler's step type (a deploy changed the steps); the request is not re-driven blindly.
+    RecoveryPointInvalid,
+    /// `webhook_signature_invalid`, `401`: a Standard Webhooks delivery without a `v1`
+    /// signature that matches a sender's secret (Standard Webhooks specification, "Verifying
+    /// webhook authenticity"); nothing ran.
+    WebhookSignatureInvalid,
+    /// `webhook_timestamp_out_of_tolerance`, `400`: the delivery's `webhook-timestamp` is more
+    /// than the tolerance (5 minutes) away from now (Standard Webhooks, replay protection);
+    /// nothing ran.
+    WebhookTimestampOutOfTolerance,
+    /// `webhook_headers_invalid`, `400`: `webhook-id`, `webhook-timestamp` or
+    /// `webhook-signature` missing, repeated or malformed, or a body that is not UTF-8
+    /// (Standard Webhooks' required headers); nothing ran.
+    WebhookHeadersInvalid,
+    /// `webhook_body_too_large`, `413`: the delivery's body is over the receiver's limit
+    /// (RFC 9110 section 15.5.14); nothing ran.
+    WebhookBodyTooLarge,
 }
 
 impl ErrorCode {
@@ -70,11 +143,26 @@ impl ErrorCode {
             Self::RequestTooLarge => "idempotency_request_too_large",
             Self::BodyNotCanonicalizable => "idempotency_body_not_canonicalizable",
             Self::RequestNeedsAttention => "idempotency_request_needs_attention",
+            Self::RequestBodyUnreadable => "idempotency_request_body_unreadable",
+            Self::LayerMissing => "idempotency_layer_missing",
+            Self::HandlerMisuse => "idempotency_handler_misuse",
+            Self::HandlerDidNotCommit => "handler_did_not_commit",
+            Self::ResponseFailed => "response_failed",
+            Self::ServerShuttingDown => "server_shutting_down",
+            Self::StreamingUnsupported => "idempotency_streaming_unsupported",
+            Self::DatabaseUnavailable => "database_unavailable",
+            Self::DatabaseRefused => "database_refused",
+            Self::DatabaseError => "database_error",
+            Self::RecoveryPointInvalid => "recovery_point_invalid",
+            Self::WebhookSignatureInvalid => "webhook_signature_invalid",
+            Self::WebhookTimestampOutOfTolerance => "webhook_timestamp_out_of_tolerance",
+            Self::WebhookHeadersInvalid => "webhook_headers_invalid",
+            Self::WebhookBodyTooLarge => "webhook_body_too_large",
         }
     }
 
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 25] = [
         Self::KeyMissing,
         Self::KeyInvalid,
         Self::KeyMismatch,
@@ -85,11 +173,63 @@ impl ErrorCode {
         Self::RequestTooLarge,
         Self::BodyNotCanonicalizable,
         Self::RequestNeedsAttention,
+        Self::RequestBodyUnreadable,
+        Self::LayerMissing,
+        Self::HandlerMisuse,
+        Self::HandlerDidNotCommit,
+        Self::ResponseFailed,
+        Self::ServerShuttingDown,
+        Self::StreamingUnsupported,
+        Self::DatabaseUnavailable,
+        Self::DatabaseRefused,
+        Self::DatabaseError,
+        Self::RecoveryPointInvalid,
+        Self::WebhookSignatureInvalid,
+        Self::WebhookTimestampOutOfTolerance,
+        Self::WebhookHeadersInvalid,
+        Self::WebhookBodyTooLarge,
     ];
+
+    /// The code named `s` (its [`as_str`](ErrorCode::as_str)), if it is one of [`ALL`](Self::ALL).
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
 
     /// Whether a client may retry the same request unchanged.
     pub const fn retryable(self) -> bool {
-        matches!(self, Self::RequestInFlight | Self::StoreUnavailable)
+        matches!(
+            self,
+            Self::RequestInFlight
+                | Self::StoreUnavailable
+                | Self::ResponseFailed
+                | Self::ServerShuttingDown
+                | Self::DatabaseUnavailable
+        )
+    }
+
+    /// The HTTP status under the default `ietf` profile (see [`StatusProfile`] for the
+    /// others: only `idempotency_key_mismatch` differs).
+    pub const fn status(self) -> u16 {
+        match self {
+            Self::KeyMissing
+            | Self::KeyInvalid
+            | Self::BodyNotCanonicalizable
+            | Self::RequestBodyUnreadable
+            | Self::WebhookTimestampOutOfTolerance
+            | Self::WebhookHeadersInvalid => 400,
+            Self::ScopeMissing | Self::WebhookSignatureInvalid => 401,
+            Self::RequestInFlight | Self::ResponseNotRetained | Self::RequestNeedsAttention => 409,
+            Self::RequestTooLarge | Self::WebhookBodyTooLarge => 413,
+            Self::KeyMismatch | Self::DatabaseRefused => 422,
+            Self::LayerMissing
+            | Self::HandlerMisuse
+            | Self::HandlerDidNotCommit
+            | Self::ResponseFailed
+            | Self::DatabaseError
+            | Self::RecoveryPointInvalid => 500,
+            Self::StreamingUnsupported => 501,
+            Self::StoreUnavailable | Self::ServerShuttingDown | Self::DatabaseUnavailable => 503,
+        }
     }
 
     /// A short human title.
@@ -107,6 +247,21 @@ impl ErrorCode {
             Self::RequestNeedsAttention => {
                 "The request with this Idempotency-Key could not be finished and needs a person"
             }
+            Self::RequestBodyUnreadable => "Request body unreadable",
+            Self::LayerMissing => "Idempotency layer missing",
+            Self::HandlerMisuse => "Handler misuse",
+            Self::HandlerDidNotCommit => "Handler did not commit",
+            Self::ResponseFailed => "Response failed",
+            Self::ServerShuttingDown => "Server shutting down",
+            Self::StreamingUnsupported => "Idempotency key on a streaming method",
+            Self::DatabaseUnavailable => "Database unavailable",
+            Self::DatabaseRefused => "Request refused by the database",
+            Self::DatabaseError => "Database error",
+            Self::RecoveryPointInvalid => "Recovery point invalid",
+            Self::WebhookSignatureInvalid => "Webhook signature invalid",
+            Self::WebhookTimestampOutOfTolerance => "Webhook timestamp out of tolerance",
+            Self::WebhookHeadersInvalid => "Webhook headers invalid",
+            Self::WebhookBodyTooLarge => "Webhook body too large",
         }
     }
 }
@@ -131,6 +286,7 @@ impl fmt::Display for ErrorCode {
 /// | `idempotency_request_too_large` | 413 | 413 | 413 |
 /// | `idempotency_body_not_canonicalizable` | 400 | 400 | 400 |
 /// | `idempotency_request_needs_attention` | 409 | 409 | 409 |
+/// | every other code | [`ErrorCode::status`] | the same | the same |
 ///
 /// Sources: `ietf` follows draft-ietf-httpapi-idempotency-key-header section 2.7 (400 missing,
 /// 422 reuse with another payload, 409 concurrent). `stripe` follows Stripe's documented
@@ -162,20 +318,12 @@ impl StatusProfile {
     /// The HTTP status for a code under this profile.
     pub const fn status(self, code: ErrorCode) -> u16 {
         match code {
-            ErrorCode::KeyMissing | ErrorCode::KeyInvalid | ErrorCode::BodyNotCanonicalizable => {
-                400
-            }
             ErrorCode::KeyMismatch => match self {
                 Self::Ietf => 422,
                 Self::Stripe => 400,
                 Self::Resend => 409,
             },
-            ErrorCode::RequestInFlight
-            | ErrorCode::ResponseNotRetained
-            | ErrorCode::RequestNeedsAttention => 409,
-            ErrorCode::StoreUnavailable => 503,
-            ErrorCode::ScopeMissing => 401,
-            ErrorCode::RequestTooLarge => 413,
+            other => other.status(),
         }
     }
 
@@ -212,20 +360,29 @@ impl FromStr for StatusProfile {
 /// An RFC 9457 problem details body with Oncely's `code` and `retryable` extensions, and any
 /// further extension members (RFC 9457 section 3.2).
 ///
-/// The one problem type of the workspace: the layer ([`Problem::new`] for an [`ErrorCode`]), the
-/// transactional phases and the reference server ([`Problem::other`] for their own codes) build
-/// it; `oncely_tower::problem_response` renders it.
+/// The one problem type of the workspace. The libraries build it from an [`ErrorCode`]
+/// ([`Problem::new`], [`Problem::from_code`]); an application builds its own codes with
+/// [`Problem::custom`] and the `with_*` builders. It has one serialization ([`Problem::to_json`]:
+/// the members in RFC 9457's order, `type`, `title`, `status`, `detail`, `instance`, then
+/// `code`, `retryable` and the extensions in insertion order) and one HTTP rendering
+/// (`Problem::to_http_response`, behind the `http` feature, and `axum`'s `IntoResponse`
+/// behind the `axum` feature): without those features this crate has no web dependency.
 ///
 /// ```
 /// use oncely_core::Problem;
 ///
-/// let p = Problem::other(422, "validation_failed", "Invalid request", "bad fields", false)
+/// let p = Problem::custom(422, "validation_failed", "Invalid request", "bad fields")
 ///     .with_extension("errors", serde_json::json!([{"field": "amount"}]));
-/// let v: serde_json::Value = serde_json::from_slice(&p.to_json()).unwrap();
-/// assert_eq!(v["type"], "urn:oncely:problem:validation_failed");
-/// assert_eq!(v["errors"][0]["field"], "amount");
+/// assert_eq!(
+///     String::from_utf8(p.to_json()).unwrap(),
+///     r#"{"type":"urn:oncely:problem:validation_failed","title":"Invalid request","status":422,"detail":"bad fields","code":"validation_failed","retryable":false,"errors":[{"field":"amount"}]}"#
+/// );
 /// ```
+///
+/// `#[non_exhaustive]`: build it with the constructors; the fields stay readable (and
+/// writable).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Problem {
     /// A URI naming the problem type: `urn:oncely:problem:<code>`.
     #[serde(rename = "type")]
@@ -236,6 +393,10 @@ pub struct Problem {
     pub status: u16,
     /// A human explanation of this occurrence.
     pub detail: String,
+    /// A URI reference naming this occurrence (RFC 9457 section 3.1.5); omitted when `None`
+    /// (the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
     /// The machine-readable code, e.g. `idempotency_key_mismatch`.
     pub code: String,
     /// Whether the client may retry the same request unchanged.
@@ -245,41 +406,77 @@ pub struct Problem {
     /// allowed (the JSON would carry the name twice).
     #[serde(flatten)]
     pub extensions: serde_json::Map<String, serde_json::Value>,
+    /// The `Retry-After` delay, in whole seconds, that the rendered response carries (`None`,
+    /// the default: no `Retry-After`). Not a member of the body.
+    #[serde(skip)]
+    pub retry_after_secs: Option<u64>,
 }
 
 impl Problem {
-    /// A problem for `code` under `profile`, with a human `detail`.
+    /// A problem for `code` under `profile`, with a human `detail`: the code's title, the
+    /// profile's status, the code's `retryable`; no `Retry-After` (add one with
+    /// [`with_retry_after`](Problem::with_retry_after)).
     pub fn new(code: ErrorCode, profile: StatusProfile, detail: impl Into<String>) -> Self {
+        Self::custom(profile.status(code), code.as_str(), code.title(), detail)
+            .with_retryable(code.retryable())
+    }
+
+    /// [`Problem::new`] under the default `ietf` profile (for answers no profile changes).
+    pub fn from_code(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self::new(code, StatusProfile::Ietf, detail)
+    }
+
+    /// A problem with an application's own code (outside [`ErrorCode`]: a server's
+    /// `validation_failed`, `not_found`, ...): `type` is `urn:oncely:problem:<code>`, `status`
+    /// the HTTP status code; not retryable and without `Retry-After` until the builders say
+    /// otherwise.
+    pub fn custom(
+        status: u16,
+        code: impl Into<String>,
+        title: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
+        let code = code.into();
         Self {
-            type_uri: format!("urn:oncely:problem:{}", code.as_str()),
-            title: code.title().to_owned(),
-            status: profile.status(code),
+            type_uri: format!("urn:oncely:problem:{code}"),
+            title: title.into(),
+            status,
             detail: detail.into(),
-            code: code.as_str().to_owned(),
-            retryable: code.retryable(),
+            instance: None,
+            code,
+            retryable: false,
             extensions: serde_json::Map::new(),
+            retry_after_secs: None,
         }
     }
 
-    /// A problem with a code outside [`ErrorCode`] (a server's own: `validation_failed`,
-    /// `database_unavailable`, ...): `type` is `urn:oncely:problem:<code>`, `status` the HTTP
-    /// status code.
-    pub fn other(
-        status: u16,
-        code: &str,
-        title: &str,
-        detail: impl Into<String>,
-        retryable: bool,
-    ) -> Self {
-        Self {
-            type_uri: format!("urn:oncely:problem:{code}"),
-            title: title.to_owned(),
-            status,
-            detail: detail.into(),
-            code: code.to_owned(),
-            retryable,
-            extensions: serde_json::Map::new(),
-        }
+    /// Sets whether a retry of the same request may succeed (`retryable`, and the
+    /// `x-should-retry` header).
+    #[must_use]
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// Sets the HTTP status.
+    #[must_use]
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Sets the `instance` member (a URI reference for this occurrence).
+    #[must_use]
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+
+    /// Sets the `Retry-After` delay of the rendered response, in whole seconds.
+    #[must_use]
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs);
+        self
     }
 
     /// Adds (or replaces) the extension member `name`.
@@ -289,9 +486,53 @@ impl Problem {
         self
     }
 
-    /// The JSON body bytes.
+    /// Adds (or replaces) every member of `members` as an extension.
+    #[must_use]
+    pub fn with_extensions(mut self, members: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.extensions.extend(members);
+        self
+    }
+
+    /// The JSON body bytes: the members in RFC 9457's order (see the [type docs](Problem)).
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// The value of the `x-should-retry` header for this problem: `true` or `false`, from
+    /// `retryable`.
+    pub const fn should_retry(&self) -> &'static str {
+        if self.retryable { "true" } else { "false" }
+    }
+
+    /// The HTTP response of this problem, the one rendering every crate uses: its status
+    /// (`500` if it is not a valid status code), `Content-Type: application/problem+json`,
+    /// [`X_SHOULD_RETRY`] `true` or `false` from `retryable`, `Retry-After: <seconds>` when
+    /// [`retry_after_secs`](Problem::retry_after_secs) is set, and [`to_json`](Problem::to_json)
+    /// as the body.
+    #[cfg(feature = "http")]
+    pub fn to_http_response(&self) -> http::Response<Vec<u8>> {
+        use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+        let mut res = http::Response::new(self.to_json());
+        *res.status_mut() = http::StatusCode::from_u16(self.status)
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        let h = res.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        h.insert(
+            http::HeaderName::from_static(X_SHOULD_RETRY),
+            HeaderValue::from_static(self.should_retry()),
+        );
+        if let Some(secs) = self.retry_after_secs {
+            h.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        res
+    }
+}
+
+/// `axum`'s `IntoResponse`: [`Problem::to_http_response`].
+#[cfg(feature = "axum")]
+impl axum_core::response::IntoResponse for Problem {
+    fn into_response(self) -> axum_core::response::Response {
+        self.to_http_response().map(axum_core::body::Body::from)
     }
 }
 
@@ -346,12 +587,71 @@ mod tests {
 
     #[test]
     fn extensions_follow_the_standard_members() {
-        let p = Problem::other(402, "card_declined", "Card declined", "no", false)
+        let p = Problem::custom(402, "card_declined", "Card declined", "no")
             .with_extension("payment", serde_json::json!({"id": "pay_1"}));
         let text = String::from_utf8(p.to_json()).unwrap();
         assert_eq!(
             text,
             r#"{"type":"urn:oncely:problem:card_declined","title":"Card declined","status":402,"detail":"no","code":"card_declined","retryable":false,"payment":{"id":"pay_1"}}"#
+        );
+    }
+
+    #[test]
+    fn every_code_is_listed_once_and_named_uniquely() {
+        let mut names: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ErrorCode::ALL.len());
+        for c in ErrorCode::ALL {
+            assert_eq!(ErrorCode::from_name(c.as_str()), Some(c));
+            assert!((400..=599).contains(&c.status()), "{c}");
+            // A retryable answer is one a retry may fix: a conflict or a server that is down,
+            // never a client error other than the in-flight conflict.
+            if c.retryable() {
+                assert!(c.status() >= 500 || c == ErrorCode::RequestInFlight, "{c}");
+            }
+        }
+        assert_eq!(ErrorCode::from_name("not_found"), None);
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn every_code_renders_its_status_and_a_problem_json_body() {
+        for profile in StatusProfile::ALL {
+            for c in ErrorCode::ALL {
+                let res = Problem::new(c, profile, "d")
+                    .with_retry_after(3)
+                    .to_http_response();
+                assert_eq!(res.status().as_u16(), profile.status(c), "{c}");
+                assert_eq!(res.headers()["content-type"], PROBLEM_JSON);
+                assert_eq!(
+                    res.headers()[X_SHOULD_RETRY],
+                    if c.retryable() { "true" } else { "false" }
+                );
+                assert_eq!(res.headers()["retry-after"], "3");
+                let v: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
+                assert_eq!(v["code"], c.as_str());
+                assert_eq!(v["status"], profile.status(c));
+                assert_eq!(v["title"], c.title());
+                assert_eq!(v["retryable"], c.retryable());
+                assert_eq!(v["type"], format!("urn:oncely:problem:{c}"));
+                assert!(v.get("retry_after_secs").is_none());
+            }
+        }
+        let res = Problem::custom(404, "not_found", "Not found", "no").to_http_response();
+        assert!(!res.headers().contains_key("retry-after"));
+        assert_eq!(res.headers()[X_SHOULD_RETRY], "false");
+        let res = Problem::custom(1000, "weird", "W", "d").to_http_response();
+        assert_eq!(res.status(), 500);
+    }
+
+    #[test]
+    fn instance_sits_between_detail_and_code() {
+        let p = Problem::from_code(ErrorCode::LayerMissing, "d").with_instance("/v1/x");
+        let text = String::from_utf8(p.to_json()).unwrap();
+        assert!(
+            text.contains(r#""detail":"d","instance":"/v1/x","code":"idempotency_layer_missing""#),
+            "{text}"
         );
     }
 }

@@ -3,9 +3,9 @@
 use crate::deadline::{GrpcDeadline, parse_grpc_timeout};
 use crate::fingerprint::GrpcFingerprinter;
 use crate::methods::GrpcMethods;
-use crate::status::{GrpcDialect, STREAMING_UNSUPPORTED};
+use crate::status::GrpcDialect;
 use http::{HeaderName, Request, Response};
-use oncely_core::{InFlightBehavior, KeyStore, Problem};
+use oncely_core::{ErrorCode, InFlightBehavior, KeyStore, Problem};
 use oncely_tower::{Body, Dialect as _, IDEMPOTENCY_KEY, Idempotency, IdempotencyLayer};
 use std::future::Future;
 use std::pin::Pin;
@@ -164,14 +164,11 @@ where
 }
 
 fn streaming_unsupported(path: &str) -> Response<Body> {
-    let problem = Problem::other(
-        501,
-        STREAMING_UNSUPPORTED,
-        "Idempotency key on a streaming method",
+    let problem = Problem::from_code(
+        ErrorCode::StreamingUnsupported,
         format!(
             "{path} streams its requests, and such a call cannot be made idempotent: nothing was executed. Call it without an idempotency-key"
         ),
-        false,
     );
     GrpcDialect.render(&problem, None)
 }

@@ -35,7 +35,13 @@
 //! | `idempotency_request_too_large` | `RESOURCE_EXHAUSTED` | never | gRPC's own code for a message over the size limit |
 //! | `idempotency_response_not_retained` | `ALREADY_EXISTS` | never | the call completed earlier; its response was too large to keep, and it is not run again |
 //! | `idempotency_streaming_unsupported` | `UNIMPLEMENTED` | never | a key on a client-streaming or bidirectional method, which the layer cannot make idempotent |
+//! | `database_unavailable`, `response_failed` | `UNAVAILABLE` + `RetryInfo` | yes | a transactional phase failed transiently and rolled back; a retry runs it again |
 //! | `handler_did_not_commit` | `INTERNAL` | never | a server bug (a success whose writes were rolled back) |
+//! | `idempotency_layer_missing`, `idempotency_handler_misuse`, `database_error`, `recovery_point_invalid` | `INTERNAL` | never | a server bug or misconfiguration |
+//! | `database_refused` | `INVALID_ARGUMENT` | never | the database refuses a value of the message for good |
+//! | `webhook_signature_invalid` | `UNAUTHENTICATED` | never | the webhook receiver's refusals, by gRPC's HTTP mapping |
+//! | `webhook_timestamp_out_of_tolerance`, `webhook_headers_invalid` | `INVALID_ARGUMENT` | never | |
+//! | `webhook_body_too_large` | `RESOURCE_EXHAUSTED` | never | |
 //!
 //! The HTTP status profiles (`ietf`, `stripe`, `resend`) change only the `httpStatus` entry of
 //! the metadata, never the gRPC status.
@@ -53,7 +59,7 @@
 
 use base64::Engine as _;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use oncely_core::Problem;
+use oncely_core::{ErrorCode, Problem};
 use oncely_tower::{Body, Dialect, IDEMPOTENT_REPLAYED};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -69,69 +75,69 @@ pub const RETRY_PUSHBACK_MS: http::HeaderName =
     http::HeaderName::from_static("grpc-retry-pushback-ms");
 
 /// The machine code of a key sent on a method that cannot be made idempotent (client-streaming
-/// or bidirectional): `idempotency_streaming_unsupported`, answered `UNIMPLEMENTED`.
-pub const STREAMING_UNSUPPORTED: &str = "idempotency_streaming_unsupported";
+/// or bidirectional): `idempotency_streaming_unsupported`
+/// ([`ErrorCode::StreamingUnsupported`]), answered `UNIMPLEMENTED`.
+pub const STREAMING_UNSUPPORTED: &str = ErrorCode::StreamingUnsupported.as_str();
 
 /// One row of the status table: a machine code, its gRPC status, whether the answer carries
 /// `RetryInfo` (and is retried by the recommended A6 policy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatusRow {
-    /// The machine code, e.g. `idempotency_request_in_flight`.
-    pub code: &'static str,
+    /// The machine code, e.g. [`ErrorCode::RequestInFlight`].
+    pub code: ErrorCode,
     /// The gRPC status.
     pub grpc: Code,
     /// `true` for the answers with `RetryInfo`, after which a retry with the same key is safe.
     pub retryable: bool,
 }
 
-/// The status table (see the [module docs](self)), in the order the contract shows it.
+/// The status table (see the [module docs](self)), in the order the contract shows it: one row
+/// for every [`ErrorCode`] (a test checks it).
 pub const GRPC_STATUS_TABLE: &[StatusRow] = &[
-    row("idempotency_request_in_flight", Code::Aborted, true),
-    row("idempotency_store_unavailable", Code::Unavailable, true),
-    row("server_shutting_down", Code::Unavailable, true),
-    row("idempotency_key_mismatch", Code::FailedPrecondition, false),
-    row("idempotency_key_missing", Code::InvalidArgument, false),
-    row("idempotency_key_invalid", Code::InvalidArgument, false),
-    row(
-        "idempotency_body_not_canonicalizable",
-        Code::InvalidArgument,
-        false,
-    ),
-    row(
-        "idempotency_request_body_unreadable",
-        Code::InvalidArgument,
-        false,
-    ),
-    row("idempotency_scope_missing", Code::Unauthenticated, false),
-    row(
-        "idempotency_request_too_large",
-        Code::ResourceExhausted,
-        false,
-    ),
-    row(
-        "idempotency_response_not_retained",
-        Code::AlreadyExists,
-        false,
-    ),
-    row(STREAMING_UNSUPPORTED, Code::Unimplemented, false),
-    row("handler_did_not_commit", Code::Internal, false),
+    row(ErrorCode::RequestInFlight, Code::Aborted),
+    row(ErrorCode::StoreUnavailable, Code::Unavailable),
+    row(ErrorCode::ServerShuttingDown, Code::Unavailable),
+    // Transient failures of a transactional phase, rolled back: a retry runs it again.
+    row(ErrorCode::DatabaseUnavailable, Code::Unavailable),
+    row(ErrorCode::ResponseFailed, Code::Unavailable),
+    row(ErrorCode::KeyMismatch, Code::FailedPrecondition),
+    row(ErrorCode::KeyMissing, Code::InvalidArgument),
+    row(ErrorCode::KeyInvalid, Code::InvalidArgument),
+    row(ErrorCode::BodyNotCanonicalizable, Code::InvalidArgument),
+    row(ErrorCode::RequestBodyUnreadable, Code::InvalidArgument),
+    row(ErrorCode::ScopeMissing, Code::Unauthenticated),
+    row(ErrorCode::RequestTooLarge, Code::ResourceExhausted),
+    row(ErrorCode::ResponseNotRetained, Code::AlreadyExists),
+    row(ErrorCode::StreamingUnsupported, Code::Unimplemented),
+    row(ErrorCode::HandlerDidNotCommit, Code::Internal),
     // The completer gave up on the request and a person must look: never retried (AIP-193:
     // the system is not in the state the call needs, and retrying will not change that).
+    row(ErrorCode::RequestNeedsAttention, Code::FailedPrecondition),
+    // Server bugs and misconfigurations: gRPC's guide keeps INTERNAL for them.
+    row(ErrorCode::LayerMissing, Code::Internal),
+    row(ErrorCode::HandlerMisuse, Code::Internal),
+    row(ErrorCode::DatabaseError, Code::Internal),
+    row(ErrorCode::RecoveryPointInvalid, Code::Internal),
+    // A value the database refuses for good: the message is wrong (gRPC's mapping of 422).
+    row(ErrorCode::DatabaseRefused, Code::InvalidArgument),
+    // The webhook receiver's refusals, by gRPC's HTTP mapping (401, 400, 413).
+    row(ErrorCode::WebhookSignatureInvalid, Code::Unauthenticated),
     row(
-        "idempotency_request_needs_attention",
-        Code::FailedPrecondition,
-        false,
+        ErrorCode::WebhookTimestampOutOfTolerance,
+        Code::InvalidArgument,
     ),
+    row(ErrorCode::WebhookHeadersInvalid, Code::InvalidArgument),
+    row(ErrorCode::WebhookBodyTooLarge, Code::ResourceExhausted),
 ];
 
 /// The gRPC statuses the recommended A6 retry policy retries: `UNAVAILABLE` and `ABORTED`.
 pub const RETRYABLE_STATUS_CODES: &[Code] = &[Code::Unavailable, Code::Aborted];
 
-const fn row(code: &'static str, grpc: Code, retryable: bool) -> StatusRow {
+const fn row(code: ErrorCode, grpc: Code) -> StatusRow {
     StatusRow {
         code,
         grpc,
-        retryable,
+        retryable: code.retryable(),
     }
 }
 
@@ -139,7 +145,7 @@ const fn row(code: &'static str, grpc: Code, retryable: bool) -> StatusRow {
 /// layer added later) by its HTTP status ([`code_of_http_status`]), `UNAVAILABLE` when it is
 /// retryable.
 pub fn grpc_code_of(code: &str, http_status: u16, retryable: bool) -> Code {
-    match GRPC_STATUS_TABLE.iter().find(|r| r.code == code) {
+    match GRPC_STATUS_TABLE.iter().find(|r| r.code.as_str() == code) {
         Some(r) => r.grpc,
         None if retryable => Code::Unavailable,
         // A final answer must never come out as a status the recommended A6 policy retries
@@ -355,7 +361,7 @@ pub fn decode_details(value: &[u8]) -> Result<ErrorDetails, tonic::Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oncely_core::{ErrorCode, StatusProfile};
+    use oncely_core::StatusProfile;
 
     #[test]
     fn the_recommended_policy_retries_exactly_the_safe_answers() {
@@ -367,6 +373,10 @@ mod tests {
                 r.code
             );
         }
+        let mut codes: Vec<_> = GRPC_STATUS_TABLE.iter().map(|r| r.code.as_str()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), GRPC_STATUS_TABLE.len(), "a code listed twice");
         // A code outside the table that is final never maps to a status A6 retries, whatever
         // its HTTP status (409 would be ABORTED, 503 UNAVAILABLE).
         for http in [409, 503, 400, 500] {
@@ -386,7 +396,7 @@ mod tests {
         for code in ErrorCode::ALL {
             let row = GRPC_STATUS_TABLE
                 .iter()
-                .find(|r| r.code == code.as_str())
+                .find(|r| r.code == code)
                 .unwrap_or_else(|| panic!("{code} is missing from the table"));
             assert_eq!(row.retryable, code.retryable(), "{code}");
         }

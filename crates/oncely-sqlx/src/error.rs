@@ -118,41 +118,28 @@ pub fn classify(e: &sqlx::Error) -> DbErrorClass {
     }
 }
 
-fn problem(status: u16, code: &str, title: &str, detail: &str, retryable: bool) -> Problem {
-    Problem::other(status, code, title, detail, retryable)
-}
-
 impl IntoResponse for TxError {
     fn into_response(self) -> Response {
         use oncely_core::{ErrorCode, StatusProfile};
         let (p, retry_after) = match &self {
             TxError::NoTransaction => (
-                problem(
-                    500,
-                    "idempotency_layer_missing",
-                    "Idempotency layer missing",
+                Problem::from_code(
+                    ErrorCode::LayerMissing,
                     "this route needs an idempotent transaction, but the request carries none (server misconfiguration)",
-                    false,
                 ),
                 None,
             ),
             TxError::AlreadyTaken | TxError::AlreadyCompleted => (
-                problem(
-                    500,
-                    "idempotency_handler_misuse",
-                    "Handler misuse",
+                Problem::from_code(
+                    ErrorCode::HandlerMisuse,
                     "the handler used its idempotent transaction wrongly (a second Tx extractor, or a step begun after the request completed); a server bug",
-                    false,
                 ),
                 None,
             ),
             TxError::ResponseFailed => (
-                problem(
-                    500,
-                    "response_failed",
-                    "Response failed",
+                Problem::from_code(
+                    ErrorCode::ResponseFailed,
                     "the response could not be produced completely; nothing was committed: retry with the same key",
-                    true,
                 ),
                 Some(1),
             ),
@@ -174,43 +161,31 @@ impl IntoResponse for TxError {
             ),
             TxError::Database(e) => match classify(e) {
                 DbErrorClass::Transient => (
-                    problem(
-                        503,
-                        "database_unavailable",
-                        "Database unavailable",
+                    Problem::from_code(
+                        ErrorCode::DatabaseUnavailable,
                         "the database failed transiently; nothing of this step committed: retry with the same key",
-                        true,
                     ),
                     Some(1),
                 ),
                 DbErrorClass::Refused => (
-                    problem(
-                        422,
-                        "database_refused",
-                        "Request refused by the database",
+                    Problem::from_code(
+                        ErrorCode::DatabaseRefused,
                         "the database refused a value of this request (a constraint or a value it cannot store); nothing was committed, and the same request cannot succeed",
-                        false,
                     ),
                     None,
                 ),
                 DbErrorClass::Other => (
-                    problem(
-                        500,
-                        "database_error",
-                        "Database error",
+                    Problem::from_code(
+                        ErrorCode::DatabaseError,
                         "the request failed in the database; nothing was committed",
-                        false,
                     ),
                     None,
                 ),
             },
             TxError::RecoveryPoint(_) => (
-                problem(
-                    500,
-                    "recovery_point_invalid",
-                    "Recovery point invalid",
+                Problem::from_code(
+                    ErrorCode::RecoveryPointInvalid,
                     "the stored progress of this request cannot be read by this version of the server",
-                    false,
                 ),
                 None,
             ),

@@ -116,10 +116,11 @@ pub enum HandlerOutcome {
 #[cfg(feature = "axum")]
 mod extract {
     use super::IdempotencyContext;
-    use crate::problem::{custom_problem, problem_response};
+    use crate::problem::problem_response;
     use axum::extract::{FromRequestParts, OptionalFromRequestParts};
     use axum::response::{IntoResponse, Response};
     use http::request::Parts;
+    use oncely_core::{ErrorCode, Problem};
     use std::convert::Infallible;
 
     /// The rejection of the [`IdempotencyContext`] extractor: the request carries no claim,
@@ -141,10 +142,8 @@ mod extract {
 
     impl IntoResponse for MissingIdempotencyContext {
         fn into_response(self) -> Response {
-            let p = custom_problem(
-                500,
-                "idempotency_layer_missing",
-                "Idempotency layer missing",
+            let p = Problem::from_code(
+                ErrorCode::LayerMissing,
                 "This route needs an idempotency claim, but the request carries none (server misconfiguration).",
             );
             problem_response(&p, None).into_response()

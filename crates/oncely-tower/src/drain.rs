@@ -32,7 +32,6 @@
 //! # }
 //! ```
 
-use crate::problem::custom_problem;
 use crate::{Body, layer::Config};
 use http::Response;
 use http::header::{CONNECTION, HeaderValue};
@@ -202,13 +201,10 @@ impl Drain {
         dialect: &dyn crate::Dialect,
         retry_after_secs: u64,
     ) -> Response<Body> {
-        let mut p = custom_problem(
-            503,
-            "server_shutting_down",
-            "Server shutting down",
+        let p = oncely_core::Problem::from_code(
+            oncely_core::ErrorCode::ServerShuttingDown,
             "this server instance is shutting down and did not run the request; retry the same request with the same key",
         );
-        p.retryable = true;
         let mut res = dialect.render(&p, Some(retry_after_secs.max(1)));
         res.headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));

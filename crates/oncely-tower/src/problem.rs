@@ -16,34 +16,30 @@
 
 use crate::Body;
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use http::{Response, StatusCode};
+use http::Response;
 use http_body_util::{BodyExt, Full};
-use oncely_core::problem::PROBLEM_JSON;
-use oncely_core::{ErrorCode, Problem, StatusProfile, X_SHOULD_RETRY};
+use oncely_core::{ErrorCode, Problem, StatusProfile};
 
-/// Renders a problem as a response: its status, `Content-Type: application/problem+json`, the
-/// JSON body, `x-should-retry: true` or `false` from the problem's `retryable`
-/// ([`X_SHOULD_RETRY`](oncely_core::X_SHOULD_RETRY), the Stainless SDK convention), and
-/// `Retry-After: <seconds>` when `retry_after_secs` is given.
+/// Renders a problem as a response of the layer's body type: [`Problem::to_http_response`]
+/// (its status, `Content-Type: application/problem+json`, the JSON body in RFC 9457's member
+/// order, `x-should-retry: true` or `false` from the problem's `retryable`
+/// ([`X_SHOULD_RETRY`](oncely_core::X_SHOULD_RETRY), the Stainless SDK convention)), with
+/// `Retry-After: <seconds>` when `retry_after_secs` (or the problem's own
+/// [`retry_after_secs`](Problem::retry_after_secs)) is given.
 pub fn problem_response(problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body> {
-    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = Full::new(Bytes::from(problem.to_json()))
-        .map_err(|never| match never {})
-        .boxed_unsync();
-    let mut res = Response::new(body);
-    *res.status_mut() = status;
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-    res.headers_mut().insert(
-        http::HeaderName::from_static(X_SHOULD_RETRY),
-        HeaderValue::from_static(if problem.retryable { "true" } else { "false" }),
-    );
-    if let Some(secs) = retry_after_secs {
-        res.headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(secs));
-    }
-    res
+    let res = match retry_after_secs {
+        Some(secs) if problem.retry_after_secs != Some(secs) => {
+            let mut p = problem.clone();
+            p.retry_after_secs = Some(secs);
+            p.to_http_response()
+        }
+        _ => problem.to_http_response(),
+    };
+    res.map(|body| {
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed_unsync()
+    })
 }
 
 /// A problem for one of the codes, under a profile, as `dialect` says it. Retryable codes
@@ -59,15 +55,11 @@ pub(crate) fn code_response(
     dialect.render(&Problem::new(code, profile, detail), retry)
 }
 
-/// A problem outside the core's codes (the request body could not be read, the layer is
-/// missing): `urn:oncely:problem:<code>`, not retryable.
-pub(crate) fn custom_problem(status: u16, code: &str, title: &str, detail: &str) -> Problem {
-    Problem::other(status, code, title, detail, false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::RETRY_AFTER;
+    use oncely_core::X_SHOULD_RETRY;
 
     #[tokio::test]
     async fn renders_json_body_and_retry_after_only_for_retryable_codes() {
@@ -97,10 +89,14 @@ mod tests {
         assert_eq!(res.status(), 503);
         assert_eq!(res.headers()[RETRY_AFTER], "7");
         assert_eq!(res.headers()[X_SHOULD_RETRY], "true");
-        let p = custom_problem(400, "x", "X", "d");
+        let p = Problem::from_code(ErrorCode::RequestBodyUnreadable, "d");
         assert_eq!(
             problem_response(&p, None).headers()[X_SHOULD_RETRY],
             "false"
         );
+        // The problem's own delay, and the one given, which wins.
+        let p = Problem::from_code(ErrorCode::ServerShuttingDown, "d").with_retry_after(4);
+        assert_eq!(problem_response(&p, None).headers()[RETRY_AFTER], "4");
+        assert_eq!(problem_response(&p, Some(9)).headers()[RETRY_AFTER], "9");
     }
 }

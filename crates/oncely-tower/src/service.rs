@@ -38,7 +38,7 @@ use crate::future::ResponseFuture;
 use crate::key_source::BodyKeyError;
 use crate::layer::Config;
 use crate::metrics::Counter;
-use crate::problem::{code_response, custom_problem};
+use crate::problem::code_response;
 use crate::{Body, BoxError, IDEMPOTENT_REPLAYED};
 use bytes::{Buf, Bytes};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -47,7 +47,8 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use oncely_core::fingerprint::{FingerprintError, RequestParts};
 use oncely_core::{
     ClaimOutcome, ClaimRequest, ErrorCode, FencingToken, Fingerprint, InFlightBehavior, KeyError,
-    RecordKey, RecordState, StoreError, StoredRequest, StoredResponse, clock::duration_millis,
+    Problem, RecordKey, RecordState, StoreError, StoredRequest, StoredResponse,
+    clock::duration_millis,
 };
 use std::fmt;
 use std::future::Future;
@@ -525,10 +526,8 @@ where
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
         Err(e) => {
             tracing::debug!(error = %e, "could not read the request body");
-            let p = custom_problem(
-                400,
-                "idempotency_request_body_unreadable",
-                "Request body unreadable",
+            let p = Problem::from_code(
+                ErrorCode::RequestBodyUnreadable,
                 "the request body could not be read completely; nothing was executed",
             );
             Err(config.dialect.render(&p, None))
@@ -974,10 +973,8 @@ async fn transactional_end(
         release(config, ctx).await;
     }
     lost_writes.then(|| {
-        let p = custom_problem(
-            500,
-            "handler_did_not_commit",
-            "Handler did not commit",
+        let p = Problem::from_code(
+            ErrorCode::HandlerDidNotCommit,
             "the server answered success without committing this request's transaction, so nothing of its last step was kept (a server bug); retry with the same key",
         );
         config.dialect.render(&p, None)

@@ -77,12 +77,13 @@
 //! [Standard Webhooks]: https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md
 
 use crate::future::ResponseFuture;
-use crate::problem::{custom_problem, problem_response};
+use crate::problem::problem_response;
 use crate::{Body, BoxError};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use oncely_core::Scope;
+use oncely_core::{ErrorCode, Problem};
 use standardwebhooks::{
     HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, HEADER_WEBHOOK_TIMESTAMP, Webhook, WebhookError,
 };
@@ -268,9 +269,7 @@ where
                 Ok(c) => c.to_bytes(),
                 Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
                     return Ok(refuse(
-                        413,
-                        "webhook_body_too_large",
-                        "Webhook body too large",
+                        ErrorCode::WebhookBodyTooLarge,
                         &format!(
                             "the delivery's body is larger than {} bytes, the most this receiver verifies",
                             layer.max_body_bytes
@@ -279,9 +278,7 @@ where
                 }
                 Err(_) => {
                     return Ok(refuse(
-                        400,
-                        "webhook_headers_invalid",
-                        "Webhook delivery unreadable",
+                        ErrorCode::WebhookHeadersInvalid,
                         "the delivery's body could not be read completely; nothing was executed",
                     ));
                 }
@@ -355,29 +352,21 @@ impl Senders {
 fn refusal(e: &WebhookError) -> Response<Body> {
     match e {
         WebhookError::InvalidSignature => refuse(
-            401,
-            "webhook_signature_invalid",
-            "Webhook signature invalid",
+            ErrorCode::WebhookSignatureInvalid,
             "no signature in webhook-signature matches this delivery's id, timestamp and body for any configured sender; nothing was executed",
         ),
         WebhookError::MissingHeader("signature") | WebhookError::InvalidHeader("signature") => {
             refuse(
-                401,
-                "webhook_signature_invalid",
-                "Webhook signature invalid",
+                ErrorCode::WebhookSignatureInvalid,
                 "the delivery has no readable webhook-signature header; nothing was executed",
             )
         }
         WebhookError::TimestampTooOldError => refuse(
-            400,
-            "webhook_timestamp_out_of_tolerance",
-            "Webhook timestamp out of tolerance",
+            ErrorCode::WebhookTimestampOutOfTolerance,
             "webhook-timestamp is more than 5 minutes old (a replayed delivery?); a sender's retry signs again with the current time; nothing was executed",
         ),
         WebhookError::FutureTimestampError => refuse(
-            400,
-            "webhook_timestamp_out_of_tolerance",
-            "Webhook timestamp out of tolerance",
+            ErrorCode::WebhookTimestampOutOfTolerance,
             "webhook-timestamp is more than 5 minutes in the future (check the sender's clock); nothing was executed",
         ),
         WebhookError::InvalidPayload => headers_invalid(
@@ -391,13 +380,11 @@ fn refusal(e: &WebhookError) -> Response<Body> {
 
 fn headers_invalid(detail: &str) -> Response<Body> {
     refuse(
-        400,
-        "webhook_headers_invalid",
-        "Webhook headers invalid",
+        ErrorCode::WebhookHeadersInvalid,
         &format!("{detail}; nothing was executed"),
     )
 }
 
-fn refuse(status: u16, code: &str, title: &str, detail: &str) -> Response<Body> {
-    problem_response(&custom_problem(status, code, title, detail), None)
+fn refuse(code: ErrorCode, detail: &str) -> Response<Body> {
+    problem_response(&Problem::from_code(code, detail), None)
 }

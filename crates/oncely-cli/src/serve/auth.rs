@@ -2,9 +2,9 @@
 //! and puts it into the request as its idempotency [`Scope`]. A real service puts its own
 //! authenticated identity there.
 
-use super::problems::problem;
+use super::problems::unauthenticated;
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 use oncely_core::Scope;
@@ -32,18 +32,7 @@ pub async fn authenticate(mut req: Request, next: Next) -> Response {
             req.extensions_mut().insert(Scope::new(a));
             next.run(req).await
         }
-        None if req.uri().path().starts_with("/v1/") => {
-            let mut resp = problem(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "Authentication required",
-                "send Authorization: Bearer <account>".into(),
-                false,
-            );
-            resp.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            resp
-        }
+        None if req.uri().path().starts_with("/v1/") => unauthenticated(),
         None => next.run(req).await,
     }
 }

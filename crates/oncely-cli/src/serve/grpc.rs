@@ -154,13 +154,13 @@ async fn grpc_failure(res: Response) -> Response {
         .get(axum::http::header::RETRY_AFTER)
         .and_then(|h| h.to_str().ok())
         .and_then(|s| s.parse::<u64>().ok());
-    let problem = Problem::other(
+    let problem = Problem::custom(
         parts.status.as_u16(),
         v["code"].as_str().unwrap_or("internal"),
         v["title"].as_str().unwrap_or("Error"),
         v["detail"].as_str().unwrap_or("the request failed"),
-        v["retryable"].as_bool().unwrap_or(false),
-    );
+    )
+    .with_retryable(v["retryable"].as_bool().unwrap_or(false));
     let mut out = status_response(oncely_grpc::status_of(&problem, retry_after)).into_response();
     *out.extensions_mut() = parts.extensions;
     out

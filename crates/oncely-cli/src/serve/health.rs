@@ -7,10 +7,8 @@
 //! be claimed.
 
 use super::App;
-use super::problems::problem;
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use oncely_core::{IdempotencyKey, RecordKey, Scope};
 use serde_json::json;
@@ -57,14 +55,8 @@ pub async fn readyz(State(app): State<App>) -> Response {
         }
         Err(_) => "the idempotency key store did not answer within 2 seconds",
     };
-    let mut res = problem(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "not_ready",
-        "Not ready",
-        detail.to_owned(),
-        true,
-    );
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    res
+    oncely_core::Problem::custom(503, "not_ready", "Not ready", detail)
+        .with_retryable(true)
+        .with_retry_after(1)
+        .into_response()
 }

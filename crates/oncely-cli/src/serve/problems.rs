@@ -1,5 +1,8 @@
-//! The server's problem+json answers (RFC 9457): the constructors every route uses, and the
-//! answers for paths and methods that are not routes.
+//! The server's own problem+json answers (RFC 9457): the application codes of this API
+//! (`not_found`, `method_not_allowed`, `unauthenticated`, `unavailable`, and the refusals of
+//! [`not_executed`]), built as [`oncely_core::Problem::custom`] and rendered by the one
+//! renderer the layer uses too (`Problem`'s `IntoResponse`), so a server problem and a layer
+//! problem have the same members in the same order and the same headers.
 //!
 //! `type` is `urn:oncely:problem:<code>`; every problem says whether a retry can help
 //! (`retryable`, and the `x-should-retry` header of generated SDKs).
@@ -7,7 +10,6 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use oncely_core::Problem;
-use oncely_core::problem::PROBLEM_JSON;
 use oncely_tower::HandlerOutcome;
 use serde_json::Value;
 
@@ -17,97 +19,54 @@ pub async fn no_route(uri: axum::http::Uri) -> Response {
         "{} is not a route of this API (see /openapi.json)",
         uri.path()
     );
-    problem(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        "Not found",
-        detail,
-        false,
-    )
+    Problem::custom(404, "not_found", "Not found", detail).into_response()
 }
 
 /// A route with another method: `405 method_not_allowed`.
 pub async fn no_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     let detail = format!("{method} is not allowed on {}", uri.path());
-    problem(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "Method not allowed",
-        detail,
-        false,
-    )
+    Problem::custom(405, "method_not_allowed", "Method not allowed", detail).into_response()
 }
 
 /// `404 not_found`: no such `what` (a payment, an order) for the caller.
 pub fn not_found(what: &str) -> Response {
     let detail = format!("no such {what} for this account");
-    problem(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        "Not found",
-        detail,
-        false,
+    Problem::custom(404, "not_found", "Not found", detail).into_response()
+}
+
+/// `401 unauthenticated` with `WWW-Authenticate: Bearer`: a `/v1/` request without a usable
+/// `Authorization: Bearer <account>`.
+pub fn unauthenticated() -> Response {
+    let mut resp = Problem::custom(
+        401,
+        "unauthenticated",
+        "Authentication required",
+        "send Authorization: Bearer <account>",
     )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
 }
 
 /// `503 unavailable`: the database failed; the error goes to the log, not to the client.
 pub fn internal(e: anyhow::Error) -> Response {
     // The error (addresses, driver messages) goes to the log, not to the client.
     tracing::error!(error = %format!("{e:#}"), "request failed");
-    let detail = "the service's database could not answer; retry later".to_owned();
-    problem(
-        StatusCode::SERVICE_UNAVAILABLE,
+    Problem::custom(
+        503,
         "unavailable",
         "Service unavailable",
-        detail,
-        true,
+        "the service's database could not answer; retry later",
     )
-}
-
-/// An RFC 9457 problem+json response of this API (`type` is `urn:oncely:problem:<code>`).
-pub fn problem(
-    status: StatusCode,
-    code: &str,
-    title: &str,
-    detail: String,
-    retryable: bool,
-) -> Response {
-    respond(&Problem::other(
-        status.as_u16(),
-        code,
-        title,
-        detail,
-        retryable,
-    ))
-}
-
-/// The body of `p` as this server has always sent it: the members in alphabetical order (it
-/// goes through a `serde_json::Value` object), where the layer's problems keep RFC 9457's
-/// order. Either is the same JSON; keeping the bytes keeps stored responses, their replays and
-/// clients that compare bytes unchanged.
-pub fn body(p: &Problem) -> String {
-    serde_json::to_value(p)
-        .map(|v| v.to_string())
-        .unwrap_or_default()
-}
-
-/// Renders `p`: its status, `Content-Type: application/problem+json`, [`body`], and
-/// `x-should-retry` from `retryable` (the Stainless SDK convention: generated clients honour it
-/// before their status rules).
-pub fn respond(p: &Problem) -> Response {
-    let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = (status, body(p)).into_response();
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-    resp.headers_mut().insert(
-        oncely_core::X_SHOULD_RETRY,
-        HeaderValue::from_static(if p.retryable { "true" } else { "false" }),
-    );
-    resp
+    .with_retryable(true)
+    .into_response()
 }
 
 /// A problem+json response that the layer must not store: nothing was executed (validation
 /// failed before any effect), so the key is released and the client may correct and retry.
+/// A `409` or `5xx` is retryable and carries `Retry-After: 1`; `extra`'s members (an object)
+/// become extensions.
 pub fn not_executed(
     status: StatusCode,
     code: &str,
@@ -122,15 +81,14 @@ pub fn not_executed(
         _ => "Service unavailable",
     };
     let retryable = status.is_server_error() || status == StatusCode::CONFLICT;
-    let mut p = Problem::other(status.as_u16(), code, title, detail, retryable);
-    if let Value::Object(more) = extra {
-        p.extensions = more;
-    }
-    let mut resp = respond(&p);
+    let mut p = Problem::custom(status.as_u16(), code, title, detail).with_retryable(retryable);
     if retryable {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        p = p.with_retry_after(1);
     }
+    if let Value::Object(more) = extra {
+        p = p.with_extensions(more);
+    }
+    let mut resp = p.into_response();
     resp.extensions_mut().insert(HandlerOutcome::NotExecuted);
     resp
 }
@@ -138,24 +96,118 @@ pub fn not_executed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::to_bytes;
+    use oncely_core::problem::PROBLEM_JSON;
+    use oncely_core::{ErrorCode, StatusProfile, X_SHOULD_RETRY};
 
-    /// The server's problem bytes are the ones it sent before the one problem type: members in
-    /// alphabetical order, extensions among them.
-    #[test]
-    fn server_problem_bytes_are_unchanged() {
-        let p = Problem::other(422, "validation_failed", "Invalid request", "bad", false)
-            .with_extension("errors", serde_json::json!([{"field": "amount"}]));
-        assert_eq!(
-            body(&p),
-            r#"{"code":"validation_failed","detail":"bad","errors":[{"field":"amount"}],"retryable":false,"status":422,"title":"Invalid request","type":"urn:oncely:problem:validation_failed"}"#
-        );
+    /// The body and the names of the headers of a response.
+    async fn parts_of(res: Response) -> (StatusCode, Vec<String>, Vec<u8>) {
+        let status = res.status();
+        let mut names: Vec<String> = res.headers().keys().map(|k| k.to_string()).collect();
+        names.sort_unstable();
+        let body = to_bytes(res.into_body(), 64 * 1024).await.unwrap().to_vec();
+        (status, names, body)
     }
 
-    #[test]
-    fn respond_sets_status_media_type_and_should_retry() {
-        let res = respond(&Problem::other(503, "unavailable", "U", "d", true));
-        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// The body a problem with these members renders to, rebuilt from the parsed JSON: equal
+    /// bytes mean the same members in the same order.
+    fn rebuilt(body: &[u8]) -> Vec<u8> {
+        let v: Value = serde_json::from_slice(body).unwrap();
+        let mut p = Problem::custom(
+            u16::try_from(v["status"].as_u64().unwrap()).unwrap(),
+            v["code"].as_str().unwrap(),
+            v["title"].as_str().unwrap(),
+            v["detail"].as_str().unwrap(),
+        )
+        .with_retryable(v["retryable"].as_bool().unwrap());
+        for (k, x) in v.as_object().unwrap() {
+            if ![
+                "type",
+                "title",
+                "status",
+                "detail",
+                "instance",
+                "code",
+                "retryable",
+            ]
+            .contains(&k.as_str())
+            {
+                p = p.with_extension(k.clone(), x.clone());
+            }
+        }
+        p.to_json()
+    }
+
+    /// The server's 404, 405 and 401 and the layer's problems are rendered by the same code:
+    /// the same member order (RFC 9457's: type, title, status, detail, then code, retryable)
+    /// and the same headers (content type, x-should-retry).
+    #[tokio::test]
+    async fn server_and_layer_problems_have_the_same_shape() {
+        let uri: axum::http::Uri = "/nowhere".parse().unwrap();
+        let layer = oncely_tower::problem_response(
+            &Problem::new(ErrorCode::KeyMissing, StatusProfile::Ietf, "send one"),
+            None,
+        )
+        .map(axum::body::Body::new);
+        let (status, layer_headers, layer_body) = parts_of(layer).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(layer_headers, ["content-type", X_SHOULD_RETRY]);
+        assert_eq!(
+            String::from_utf8(layer_body.clone()).unwrap(),
+            r#"{"type":"urn:oncely:problem:idempotency_key_missing","title":"Idempotency-Key header missing","status":400,"detail":"send one","code":"idempotency_key_missing","retryable":false}"#
+        );
+        assert_eq!(rebuilt(&layer_body), layer_body);
+
+        let (status, headers, body) = parts_of(no_route(uri.clone()).await).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(headers, layer_headers);
+        assert_eq!(
+            String::from_utf8(body.clone()).unwrap(),
+            r#"{"type":"urn:oncely:problem:not_found","title":"Not found","status":404,"detail":"/nowhere is not a route of this API (see /openapi.json)","code":"not_found","retryable":false}"#
+        );
+
+        let (status, headers, body) = parts_of(no_method(axum::http::Method::PUT, uri).await).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(headers, layer_headers);
+        assert_eq!(rebuilt(&body), body);
+        assert!(body.starts_with(br#"{"type":"urn:oncely:problem:method_not_allowed","title":"Method not allowed","status":405,"detail":"#));
+
+        let (status, mut headers, body) = parts_of(unauthenticated()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        headers.retain(|h| h != "www-authenticate");
+        assert_eq!(headers, layer_headers);
+        assert_eq!(rebuilt(&body), body);
+    }
+
+    #[tokio::test]
+    async fn not_executed_keeps_its_headers_and_extensions() {
+        let res = not_executed(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+            "bad",
+            serde_json::json!({"errors": [{"field": "amount"}]}),
+        );
         assert_eq!(res.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
-        assert_eq!(res.headers()[oncely_core::X_SHOULD_RETRY], "true");
+        assert_eq!(res.headers()[X_SHOULD_RETRY], "false");
+        assert!(res.headers().get(header::RETRY_AFTER).is_none());
+        assert!(res.extensions().get::<HandlerOutcome>().is_some());
+        let (_, _, body) = parts_of(res).await;
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            r#"{"type":"urn:oncely:problem:validation_failed","title":"Invalid request","status":422,"detail":"bad","code":"validation_failed","retryable":false,"errors":[{"field":"amount"}]}"#
+        );
+        let res = not_executed(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream_unavailable",
+            "x",
+            Value::Null,
+        );
+        assert_eq!(res.headers()[X_SHOULD_RETRY], "true");
+        assert_eq!(res.headers()[header::RETRY_AFTER], "1");
+        let res = internal(anyhow::anyhow!("boom"));
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()[X_SHOULD_RETRY], "true");
+        // As before: the database's 503 has no Retry-After.
+        assert!(res.headers().get(header::RETRY_AFTER).is_none());
     }
 }

@@ -18,8 +18,8 @@
 use super::Failure;
 use super::body::{invalid, parse_json, require_json};
 use super::json_response;
+use crate::serve::App;
 use crate::serve::db::{BusinessDb, NewPayment, Payment};
-use crate::serve::{App, problems};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -273,19 +273,18 @@ where
 
 /// The answer to a declined card: a problem+json that is a result (stored and replayed).
 fn declined(payment: &Payment) -> Response {
-    let p = Problem::other(
+    let p = Problem::custom(
         402,
         "card_declined",
         "Card declined",
         "the card processor declined the charge",
-        false,
     )
     .with_extension("payment", json!(payment));
     // Stored and replayed as is: no x-should-retry here (the edge adds it, from `retryable`).
     (
         StatusCode::PAYMENT_REQUIRED,
         [(header::CONTENT_TYPE, PROBLEM_JSON)],
-        problems::body(&p),
+        p.to_json(),
     )
         .into_response()
 }
