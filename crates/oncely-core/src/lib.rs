@@ -6,6 +6,13 @@
 //! `conformance`). No web framework and no database here: the tower layer and the backends
 //! depend on this crate, never the reverse.
 //!
+//! The one problem type, [`Problem`], renders itself as an HTTP response behind two optional
+//! features, off by default so that the core keeps no web dependency: `http`
+//! (`Problem::to_http_response`, on the `http` crate alone) and `axum` (`axum-core`'s
+//! `IntoResponse`). The tower layer, the transactional phases, the gRPC dialect and the
+//! reference server all render through it, so every problem+json answer of the workspace has
+//! the same members in the same order and the same headers.
+//!
 //! # The promise: effectively-once, not exactly-once
 //!
 //! Nothing over a network can promise "exactly-once" execution: a client that loses the
