@@ -137,10 +137,11 @@ impl IdempotencyDoc {
             format!(
                 "`{}`, `{}` (not 1-255 visible ASCII characters, or the header repeated), `{}` (a JSON body \
                  that is not I-JSON: a repeated member name, a lone surrogate, an inexact number) or \
-                 `idempotency_request_body_unreadable`: nothing was executed",
+                 `{}`: nothing was executed",
                 ErrorCode::KeyMissing,
                 ErrorCode::KeyInvalid,
-                ErrorCode::BodyNotCanonicalizable
+                ErrorCode::BodyNotCanonicalizable,
+                ErrorCode::RequestBodyUnreadable
             ),
             false,
         );
@@ -213,8 +214,9 @@ impl IdempotencyDoc {
         add(
             status(ErrorCode::StoreUnavailable),
             format!(
-                "`{}` or `server_shutting_down`: nothing was executed; retry with the same key after `Retry-After` ({} second(s))",
+                "`{}` or `{}`: nothing was executed; retry with the same key after `Retry-After` ({} second(s))",
                 ErrorCode::StoreUnavailable,
+                ErrorCode::ServerShuttingDown,
                 p.retry_after_secs
             ),
             true,
