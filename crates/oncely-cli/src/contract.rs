@@ -340,6 +340,12 @@ pub fn render(policy: &Policy) -> String {
             "the database failed transiently (connection, lock, serialization): nothing of that step committed; retry the same request with the same key",
         ),
         (
+            "request_suspended",
+            503,
+            "yes",
+            "a later step of the request failed in the database (or the key store) and rolled back, after its earlier steps committed: those are kept, and the request stopped at its last committed step (named in `detail`); retry the same request with the same key and it resumes there",
+        ),
+        (
             "database_refused",
             422,
             "no",

@@ -1,7 +1,7 @@
 //! [`Tx`]: the handler's transaction that already holds its claim, and [`Between`]: a
 //! multi-step request between two phases.
 
-use crate::error::TxError;
+use crate::error::{PhaseFailed, TxError, stopped_answer};
 use crate::store::SqlStore;
 use axum::response::{IntoResponse, Response};
 use oncely_core::{ClaimKind, FencingToken, RecordKey};
@@ -57,6 +57,20 @@ impl<S: SqlStore> oncely_tower::ClaimProgress for Shared<S> {
     }
     fn recovery_point(&self) -> Option<String> {
         self.state().recovery_point.clone()
+    }
+    /// A [`TxError`] answer (it says nothing of its step committed) of a request that has a
+    /// committed recovery point becomes "stopped there, retry resumes" (see
+    /// [`TxError`]'s docs, "After an earlier phase committed").
+    fn unfinished_answer(
+        &self,
+        extensions: &http::Extensions,
+    ) -> Option<(oncely_core::Problem, Option<u64>)> {
+        let failed = *extensions.get::<PhaseFailed>()?;
+        let state = self.state();
+        if state.completed {
+            return None;
+        }
+        Some(stopped_answer(failed, state.recovery_point.as_deref()?))
     }
     fn on_first_commit(&self, start: Box<dyn FnOnce() + Send>) {
         if self.state().committed {
@@ -265,6 +279,9 @@ impl<S: SqlStore> Tx<S> {
         }
         let mut tx = self.take();
         let sh = Arc::clone(&self.shared);
+        // Whether a split store recorded the intent (then it is the recovery point, whatever
+        // happens next).
+        let mut recorded = false;
         let result = if sh.store.atomic() {
             match sh
                 .store
@@ -276,11 +293,11 @@ impl<S: SqlStore> Tx<S> {
             }
         } else {
             // A split store: the intent, the business commit, then the stored response.
-            split_finish(&sh, tx, intent.as_deref(), &stored).await
+            split_finish(&sh, tx, intent.as_deref(), &stored, &mut recorded).await
         };
         let mut state = sh.state();
         state.phase_open = false;
-        if let Some(rp) = intent.filter(|_| !sh.store.atomic()) {
+        if let Some(rp) = intent.filter(|_| recorded) {
             state.recovery_point = Some(rp);
         }
         result?;
@@ -323,11 +340,13 @@ async fn split_finish<S: SqlStore>(
     mut tx: Transaction<'static, S::Database>,
     intent: Option<&str>,
     stored: &oncely_core::StoredResponse,
+    recorded: &mut bool,
 ) -> Result<(), TxError> {
     if let Some(rp) = intent {
         sh.store
             .checkpoint_in(&mut tx, &sh.id, sh.token, rp, sh.lease)
             .await?;
+        *recorded = true;
     }
     tx.commit().await?;
     sh.store

@@ -808,6 +808,59 @@ async fn no_success_without_a_commit<S: Db>() {
     }
 }
 
+/// A later phase fails (a row, then a statement that fails) after the first phase committed:
+/// the answer says so (retryable, where it stopped), not "nothing was committed"; the failed
+/// phase's row is rolled back, the first phase's row stays, and the retry resumes at the
+/// recovery point and finishes with the first phase's row there once.
+async fn a_later_phase_failure_is_retryable_and_resumes<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    h.app.fail_second.store(1, Ordering::SeqCst);
+    let failed = send(&h.router, request("/multi", &k, &[])).await;
+    let text = String::from_utf8_lossy(&failed.body).into_owned();
+    assert_eq!(failed.status, 503, "{text}");
+    assert_eq!(failed.headers["retry-after"], "1");
+    let problem: serde_json::Value = serde_json::from_slice(&failed.body).unwrap();
+    assert_eq!(problem["code"], "request_suspended", "{text}");
+    assert_eq!(problem["retryable"], true);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("the database failed in a step"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("stopped after its step `Recorded`"),
+        "{detail}"
+    );
+    assert_eq!(h.app.store.rows(&k).await, 1, "phase 1's row only");
+    let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
+    let rp: Step = serde_json::from_str(rec.recovery_point().expect("in flight")).unwrap();
+    assert!(matches!(rp, Step::Recorded { .. }), "{rp:?}");
+    // The layer cut the lease short (to 1 ms): the retry takes over at once.
+    h.clock.advance(Duration::from_millis(2));
+    let retry = send(&h.router, request("/multi", &k, &[])).await;
+    assert_eq!(
+        retry.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&retry.body)
+    );
+    assert!(!retry.replayed);
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 2);
+    assert_eq!(h.app.store.rows(&k).await, 1, "phase 1's row, once");
+    assert_eq!(h.app.store.get(&rid(&k)).await.unwrap().unwrap().token.0, 2);
+    // The resumed attempt repeated the outside call with the same derived key (the failed
+    // phase had not recorded the charge), which the outside system collapses.
+    let outside = h.app.outside.lock().unwrap().clone();
+    assert_eq!(outside.len(), 1);
+    assert_eq!(outside.values().sum::<usize>(), 2);
+    let again = send(&h.router, request("/multi", &k, &[])).await;
+    assert!(again.replayed);
+    assert_eq!(again.body, retry.body);
+}
+
 /// A first phase whose own statement fails (with `?`; on PostgreSQL this also leaves the
 /// transaction aborted) rolls back everything: no row, no claim, and the answer says nothing
 /// was committed (not retryable: the same request fails the same way).
@@ -955,6 +1008,10 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_takeover_resumes_with_its_step() {
                 super::a_takeover_resumes_with_its_step::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_later_phase_failure_is_retryable_and_resumes() {
+                super::a_later_phase_failure_is_retryable_and_resumes::<$store>().await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_failed_first_phase_leaves_nothing() {

@@ -69,7 +69,7 @@ impl PaymentStep {
         (status = 402, description = "`card_declined`: stored and replayed like a success.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
         (status = 415, description = "`unsupported_media_type`: send `Content-Type: application/json` (uncompressed).", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
         (status = 422, description = "`validation_failed` (nothing executed; correct and retry with the same key) or `database_refused` (the database refused a value for good; nothing was committed).", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
-        (status = 503, description = "`upstream_unavailable`, `database_unavailable` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 503, description = "`upstream_unavailable`, `request_suspended`, `database_unavailable` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
     ))]
 pub async fn create_payment<S>(
     State(app): State<App>,
