@@ -11,6 +11,7 @@ use oncely_core::{Problem, StoreError};
 /// |---|---|---|
 /// | [`TxError::NoTransaction`] | `500 idempotency_layer_missing` | a server misconfiguration: no transactional layer on the route |
 /// | [`TxError::AlreadyTaken`], [`TxError::AlreadyCompleted`] | `500 idempotency_handler_misuse` | a handler bug: two `Tx` extractors, or a phase begun after the commit |
+/// | [`TxError::TransactionEnded`] | `500 idempotency_handler_misuse` | the handler ended the phase's transaction itself (see the variant) |
 /// | [`TxError::ResponseFailed`] | `500 response_failed` | the response body broke while it was captured; nothing committed, a retry runs again |
 /// | [`TxError::Fenced`] | `409 idempotency_request_in_flight`, `Retry-After` | this request lost its claim (its lease lapsed, another took over); nothing of this phase committed |
 /// | [`TxError::Store`] | `503 idempotency_store_unavailable`, `Retry-After` | the key store failed; nothing of this phase committed |
@@ -50,6 +51,29 @@ pub enum TxError {
     /// [`Between::begin`](crate::Between::begin) after the request completed.
     #[error("this request already completed; no phase can begin after Tx::commit")]
     AlreadyCompleted,
+    /// The phase's transaction had ended before [`Tx::commit`](crate::Tx::commit) or
+    /// [`Tx::checkpoint`](crate::Tx::checkpoint): the handler ran `COMMIT` or `ROLLBACK`
+    /// through the [`Tx`](crate::Tx) (or the database rolled it back by itself), so the
+    /// response or recovery point could no longer commit with the business writes. Nothing is
+    /// recorded (no stored response, no recovery point).
+    ///
+    /// The key is **not released**, and is left as the database holds it: after a `COMMIT`
+    /// the handler's writes (and, in the first phase, the claim) may have committed, and a
+    /// released key would let a retry execute afresh over them at once. A first phase's
+    /// claim thus stays in flight until its lease lapses (or is gone, after a `ROLLBACK`); a
+    /// later phase's request is suspended at its last recovery point as after any failed
+    /// phase. Then a retry, or the completer, resumes at the last recovery point a phase
+    /// committed, which can repeat the broken phase's writes: it is a server bug, logged at
+    /// `error`, and the answer is not retryable.
+    ///
+    /// Detected before recording on SQLite always (a savepoint, no I/O); on PostgreSQL at
+    /// [`Tx::checkpoint`](crate::Tx::checkpoint) and at the commit of a later phase, not at the
+    /// commit of the phase that carries the claim (it would cost that hot path a round trip;
+    /// see [`SqlStore::still_open`](crate::SqlStore::still_open)).
+    #[error(
+        "the handler ended its idempotent transaction itself (COMMIT or ROLLBACK through the Tx)"
+    )]
+    TransactionEnded,
     /// The response body failed while [`Tx::commit`](crate::Tx::commit) captured it; nothing
     /// was committed.
     #[error("the response body failed while it was captured; nothing was committed")]
@@ -205,6 +229,16 @@ impl IntoResponse for TxError {
                     "idempotency_layer_missing",
                     "Idempotency layer missing",
                     "this route needs an idempotent transaction, but the request carries none (server misconfiguration)",
+                    false,
+                ),
+                None,
+            ),
+            TxError::TransactionEnded => (
+                problem(
+                    500,
+                    "idempotency_handler_misuse",
+                    "Handler misuse",
+                    "the handler ended its idempotent transaction itself (a COMMIT or ROLLBACK through it), so this step could not be recorded with its writes: nothing was stored, and the key was not released, because writes may have committed outside the step; a server bug",
                     false,
                 ),
                 None,

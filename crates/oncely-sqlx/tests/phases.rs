@@ -37,6 +37,14 @@ trait Db: SqlStore + Sized {
     /// inside a transaction (no read first, to save a round trip on every first execution), so
     /// it waits on the record's row lock for at most its lock timeout.
     const OPEN_PHASE_WAIT: Duration;
+    /// Whether a transaction ended behind the first phase's back is detected at its `Tx::commit`
+    /// (PostgreSQL skips that check on the hot path; see `SqlStore::still_open`).
+    const GUARDS_FIRST_PHASE: bool;
+    /// Runs `sql` (no binds) on `conn`.
+    async fn raw(
+        conn: &mut <Self::Database as Database>::Connection,
+        sql: &'static str,
+    ) -> Result<(), sqlx::Error>;
     async fn fresh(clock: ManualClock) -> Option<Self>;
     async fn insert_row(
         conn: &mut <Self::Database as Database>::Connection,
@@ -57,6 +65,10 @@ trait Db: SqlStore + Sized {
 #[async_trait]
 impl Db for oncely_sqlite::SqliteStore {
     const OPEN_PHASE_WAIT: Duration = Duration::ZERO;
+    const GUARDS_FIRST_PHASE: bool = true;
+    async fn raw(conn: &mut sqlx::SqliteConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+        sqlx::query(sql).execute(conn).await.map(drop)
+    }
     async fn fresh(clock: ManualClock) -> Option<Self> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.keep().join("phases.sqlite3");
@@ -108,6 +120,10 @@ impl Db for oncely_sqlite::SqliteStore {
 #[async_trait]
 impl Db for oncely_postgres::PostgresStore {
     const OPEN_PHASE_WAIT: Duration = oncely_postgres::PostgresStore::TX_LOCK_TIMEOUT;
+    const GUARDS_FIRST_PHASE: bool = false;
+    async fn raw(conn: &mut sqlx::PgConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+        sqlx::query(sql).execute(conn).await.map(drop)
+    }
     async fn fresh(clock: ManualClock) -> Option<Self> {
         let Ok(url) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
             eprintln!("skipping: ONCELY_TEST_POSTGRES_URL is unset (a PostgreSQL URL is needed)");
@@ -347,6 +363,33 @@ async fn fenced<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
     tx.commit((StatusCode::CREATED, "created")).await
 }
 
+/// A handler bug: ends its transaction itself (`x-end`: `COMMIT` or `ROLLBACK`) in its first
+/// phase, or (`x-where: later`) in its second, after a row, then commits through the `Tx`.
+async fn ends_itself<S: Db>(headers: HeaderMap, mut tx: Tx<S>) -> Result<Response, TxError> {
+    let k = tx.id().key.as_str().to_owned();
+    let end = match headers["x-end"].to_str().unwrap() {
+        "COMMIT" => "COMMIT",
+        _ => "ROLLBACK",
+    };
+    if headers.get("x-where").is_some_and(|w| w == "later") {
+        let row = format!("row_{}", uuid::Uuid::new_v4().simple());
+        S::insert_row(&mut tx, &row, &k).await?;
+        tx = tx
+            .checkpoint(&Step::Recorded { row })
+            .await?
+            .begin()
+            .await?;
+    }
+    S::insert_row(
+        &mut tx,
+        &format!("end_{}", uuid::Uuid::new_v4().simple()),
+        &k,
+    )
+    .await?;
+    S::raw(&mut tx, end).await?;
+    tx.commit((StatusCode::CREATED, "created")).await
+}
+
 /// A handler bug: writes, then answers success without committing.
 async fn forget<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
     let k = tx.id().key.as_str().to_owned();
@@ -414,6 +457,7 @@ async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
         .route("/broken", post(broken_stream::<S>))
         .route("/failing", post(failing::<S>))
         .route("/fenced", post(fenced::<S>))
+        .route("/ends_itself", post(ends_itself::<S>))
         .with_state(Arc::clone(&app))
         .layer(oncely_sqlx::layer(store, policy))
         .layer(middleware::from_fn(authenticate));
@@ -966,6 +1010,65 @@ async fn a_duplicate_during_a_later_phase_is_in_flight_at_once<S: Db>() {
     assert_eq!(h.app.store.rows(&k).await, 1);
 }
 
+/// A `COMMIT` or `ROLLBACK` run behind the `Tx`'s back is refused at `Tx::commit`: a `500`,
+/// nothing stored, the key not released (the record is as the database holds it), and the
+/// pool's connections keep working.
+async fn a_transaction_ended_behind_the_tx_is_refused<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    for (place, end) in [
+        ("first", "COMMIT"),
+        ("first", "ROLLBACK"),
+        ("later", "COMMIT"),
+        ("later", "ROLLBACK"),
+    ] {
+        if place == "first" && !S::GUARDS_FIRST_PHASE {
+            continue;
+        }
+        let k = key();
+        let a = send(
+            &h.router,
+            request("/ends_itself", &k, &[("x-end", end), ("x-where", place)]),
+        )
+        .await;
+        let text = String::from_utf8_lossy(&a.body).into_owned();
+        assert_eq!(a.status, 500, "{place} {end}: {text}");
+        let problem: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(
+            problem["code"], "idempotency_handler_misuse",
+            "{place} {end}"
+        );
+        assert_eq!(problem["retryable"], false);
+        assert!(text.contains("the key was not released"), "{text}");
+        let rec = h.app.store.get(&rid(&k)).await.unwrap();
+        // What the handler's own statement committed stays; nothing after it is recorded.
+        let (rows, state, rp) = match (place, end) {
+            ("first", "COMMIT") => (1, Some("in_flight"), false),
+            ("first", _) => (0, None, false),
+            ("later", "COMMIT") => (2, Some("in_flight"), true),
+            _ => (1, Some("in_flight"), true),
+        };
+        assert_eq!(h.app.store.rows(&k).await, rows, "{place} {end}");
+        assert_eq!(rec.as_ref().map(|r| r.state_name()), state, "{place} {end}");
+        if let Some(rec) = rec {
+            let step: Option<Step> = rec
+                .recovery_point()
+                .map(|p| serde_json::from_str(p).unwrap());
+            assert_eq!(step.is_some(), rp, "{place} {end}: {step:?}");
+        }
+        // Every pooled connection still works.
+        for _ in 0..12 {
+            let k = key();
+            assert_eq!(
+                send(&h.router, request("/single", &k, &[])).await.status,
+                201
+            );
+            assert_eq!(h.app.store.rows(&k).await, 1);
+        }
+    }
+}
+
 macro_rules! suite {
     ($module:ident, $store:ty) => {
         mod $module {
@@ -1012,6 +1115,10 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_later_phase_failure_is_retryable_and_resumes() {
                 super::a_later_phase_failure_is_retryable_and_resumes::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_transaction_ended_behind_the_tx_is_refused() {
+                super::a_transaction_ended_behind_the_tx_is_refused::<$store>().await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_failed_first_phase_leaves_nothing() {
