@@ -125,8 +125,16 @@ impl PaymentAnswers for JsonAnswers {
     }
 }
 
-/// How far a payment got, by what its row shows (a step whose writes a split store's crash
-/// lost counts as not done).
+/// How far a payment got, by what its row shows, not by its [`PaymentStep`].
+///
+/// The step alone is exact only where it commits with the writes (SQLite, PostgreSQL). On a
+/// split store ([`oncely_sqlx::Split`]: keys in memory or Redis, the payment in SQLite) the
+/// step is the *intent*, recorded before the business commit: after a crash between the two,
+/// the step says `Charged` while the charge write is lost, and trusting it would send a receipt
+/// for an uncharged payment. The row is the truth on every store (a write a crash lost counts
+/// as not done), and reading it costs nothing extra: a resumed request reads it anyway, to
+/// answer with the payment. It also knows what no step carries: a decline committed to the
+/// row whose stored answer a split store's crash lost.
 fn done(payment: Option<&Payment>) -> u8 {
     match payment {
         None => 0,
