@@ -433,6 +433,7 @@ fn meaning(code: ErrorCode, policy: &Policy, in_flight_note: &str) -> String {
         ErrorCode::ServerShuttingDown => "this server instance is shutting down and ran nothing (a deploy): retry the same request with the same key after `Retry-After`".into(),
         ErrorCode::StreamingUnsupported => "gRPC only: a key on a client-streaming or bidirectional method, which cannot be made idempotent: nothing ran; call it without a key".into(),
         ErrorCode::DatabaseUnavailable => "the database failed transiently (connection, lock, serialization): nothing of that step committed; retry the same request with the same key".into(),
+        ErrorCode::RequestSuspended => "a later step of the request failed in the database (or the key store) and rolled back, after its earlier steps committed: those are kept, and the request stopped at its last committed step (named in `detail`); retry the same request with the same key and it resumes there".into(),
         ErrorCode::DatabaseRefused => "the database refused a value of the request for good (for example a text with a NUL character): nothing was committed, the same request cannot succeed; correct it (the key is free again)".into(),
         ErrorCode::DatabaseError => "the request failed in the database: nothing was committed; tell the API's operator".into(),
         ErrorCode::RecoveryPointInvalid => "the stored progress of the request cannot be read by this version of the server: it is not resumed; tell the API's operator".into(),

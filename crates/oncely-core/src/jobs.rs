@@ -160,6 +160,35 @@ async fn log_marked(store: &dyn KeyStore) -> u64 {
     marked.len() as u64
 }
 
+/// A [`Reaper`]'s running totals, readable while it runs (for metrics): see
+/// [`Reaper::counters`].
+#[derive(Debug, Default)]
+pub struct ReaperCounters {
+    deleted: AtomicU64,
+    orphaned: AtomicU64,
+    marked: AtomicU64,
+}
+
+impl ReaperCounters {
+    /// The totals so far: records deleted and, of those, orphaned, over every finished pass;
+    /// [`ReapReport::marked`] as counted by the last finished pass (a gauge, not a sum).
+    pub fn snapshot(&self) -> ReapReport {
+        ReapReport {
+            deleted: self.deleted.load(Ordering::Relaxed),
+            orphaned: self.orphaned.load(Ordering::Relaxed),
+            marked: self.marked.load(Ordering::Relaxed),
+        }
+    }
+
+    fn add(&self, r: &ReapReport, finished: bool) {
+        self.deleted.fetch_add(r.deleted, Ordering::Relaxed);
+        self.orphaned.fetch_add(r.orphaned, Ordering::Relaxed);
+        if finished {
+            self.marked.store(r.marked, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The reaper as an in-process tokio task: a pass of [`reap_all`] at start and then every
 /// `every` (measured from the end of one pass to the start of the next).
 ///
@@ -170,6 +199,7 @@ pub struct Reaper {
     every: Duration,
     batch: usize,
     pause: Duration,
+    counters: Arc<ReaperCounters>,
 }
 
 impl std::fmt::Debug for Reaper {
@@ -191,7 +221,14 @@ impl Reaper {
             every,
             batch,
             pause: DEFAULT_REAP_PAUSE,
+            counters: Arc::default(),
         }
+    }
+
+    /// The totals so far, shared with the running task (what [`Reaper::run`] returns when it
+    /// stops, readable at any time before).
+    pub fn counters(&self) -> Arc<ReaperCounters> {
+        Arc::clone(&self.counters)
     }
 
     /// Sets the pause between batches of one pass.
@@ -209,6 +246,7 @@ impl Reaper {
         loop {
             match reap_pass(&*self.store, self.batch, self.pause, &mut shutdown).await {
                 Ok((r, stopped)) => {
+                    self.counters.add(&r, !stopped);
                     total.deleted += r.deleted;
                     total.orphaned += r.orphaned;
                     total.marked = r.marked;
@@ -820,11 +858,13 @@ mod tests {
         let (doomed, kept) = populate(&*store, &clock).await;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         // A long period: after its first pass the task sleeps, and the stop signal must wake it.
-        let handle = Reaper::new(store.clone(), Duration::from_secs(3600), 4)
-            .with_pause(Duration::from_millis(1))
-            .spawn(async {
-                stopped.await.ok();
-            });
+        let reaper = Reaper::new(store.clone(), Duration::from_secs(3600), 4)
+            .with_pause(Duration::from_millis(1));
+        let counters = reaper.counters();
+        assert_eq!(counters.snapshot(), ReapReport::default());
+        let handle = reaper.spawn(async {
+            stopped.await.ok();
+        });
         // Wait for the first pass to finish (every doomed record gone).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
@@ -836,6 +876,11 @@ mod tests {
                 break;
             }
             assert!(tokio::time::Instant::now() < deadline, "reaper did not run");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The running totals are readable before the task stops, once its pass finished.
+        while counters.snapshot().deleted < 27 {
+            assert!(tokio::time::Instant::now() < deadline, "no running totals");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         stop.send(()).unwrap();
@@ -851,6 +896,7 @@ mod tests {
                 marked: 0
             }
         );
+        assert_eq!(counters.snapshot(), totals);
         for id in &kept {
             assert!(store.get(id).await.unwrap().is_some());
         }

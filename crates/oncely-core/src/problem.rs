@@ -102,6 +102,11 @@ pub enum ErrorCode {
     /// the database (connection, lock, deadlock, serialization: SQLSTATE classes 08, 40, 53,
     /// 57, SQLite `BUSY`/`LOCKED`); it rolled back, and a retry with the same key runs it again.
     DatabaseUnavailable,
+    /// `request_suspended`, `503`, retryable: a later phase of a multi-step request failed
+    /// (database, key store or response) and rolled back after earlier phases committed their
+    /// recovery points; the record stays in flight at its last recovery point (named in
+    /// `detail`), and a retry with the same key resumes there (DESIGN: transactional phases).
+    RequestSuspended,
     /// `database_refused`, `422`: the database refused a value of the request for good (a
     /// constraint, a value of the wrong shape: SQLSTATE classes 22 and 23, SQLite constraint
     /// errors); nothing committed and the same request cannot succeed.
@@ -151,6 +156,7 @@ impl ErrorCode {
             Self::ServerShuttingDown => "server_shutting_down",
             Self::StreamingUnsupported => "idempotency_streaming_unsupported",
             Self::DatabaseUnavailable => "database_unavailable",
+            Self::RequestSuspended => "request_suspended",
             Self::DatabaseRefused => "database_refused",
             Self::DatabaseError => "database_error",
             Self::RecoveryPointInvalid => "recovery_point_invalid",
@@ -162,7 +168,7 @@ impl ErrorCode {
     }
 
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         Self::KeyMissing,
         Self::KeyInvalid,
         Self::KeyMismatch,
@@ -181,6 +187,7 @@ impl ErrorCode {
         Self::ServerShuttingDown,
         Self::StreamingUnsupported,
         Self::DatabaseUnavailable,
+        Self::RequestSuspended,
         Self::DatabaseRefused,
         Self::DatabaseError,
         Self::RecoveryPointInvalid,
@@ -204,6 +211,7 @@ impl ErrorCode {
                 | Self::ResponseFailed
                 | Self::ServerShuttingDown
                 | Self::DatabaseUnavailable
+                | Self::RequestSuspended
         )
     }
 
@@ -228,7 +236,10 @@ impl ErrorCode {
             | Self::DatabaseError
             | Self::RecoveryPointInvalid => 500,
             Self::StreamingUnsupported => 501,
-            Self::StoreUnavailable | Self::ServerShuttingDown | Self::DatabaseUnavailable => 503,
+            Self::StoreUnavailable
+            | Self::ServerShuttingDown
+            | Self::DatabaseUnavailable
+            | Self::RequestSuspended => 503,
         }
     }
 
@@ -255,6 +266,7 @@ impl ErrorCode {
             Self::ServerShuttingDown => "Server shutting down",
             Self::StreamingUnsupported => "Idempotency key on a streaming method",
             Self::DatabaseUnavailable => "Database unavailable",
+            Self::RequestSuspended => "Request suspended at its recovery point",
             Self::DatabaseRefused => "Request refused by the database",
             Self::DatabaseError => "Database error",
             Self::RecoveryPointInvalid => "Recovery point invalid",

@@ -99,6 +99,8 @@ pub const GRPC_STATUS_TABLE: &[StatusRow] = &[
     row(ErrorCode::ServerShuttingDown, Code::Unavailable),
     // Transient failures of a transactional phase, rolled back: a retry runs it again.
     row(ErrorCode::DatabaseUnavailable, Code::Unavailable),
+    // A later phase rolled back; the request waits at its recovery point for the retry.
+    row(ErrorCode::RequestSuspended, Code::Unavailable),
     row(ErrorCode::ResponseFailed, Code::Unavailable),
     row(ErrorCode::KeyMismatch, Code::FailedPrecondition),
     row(ErrorCode::KeyMissing, Code::InvalidArgument),

@@ -8,8 +8,9 @@
 //! - [`PostgresStore`]: claims arbitrated by the primary key (`INSERT ... ON CONFLICT`) and
 //!   conditional `UPDATE`s carrying the fencing token; see its docs for the claim algorithm,
 //!   isolation, lock waits and the clock rule.
-//! - [`Phase`]: transactional mode. A handler's business writes, its recovery point and (in the
-//!   last phase) its stored response commit in one transaction.
+//! - Transactional mode: a handler's business writes, its recovery point and (in the last
+//!   phase) its stored response commit in one transaction. That is the `oncely-sqlx` crate,
+//!   built on [`PostgresStore::begin_tx`] and the store's `*_in` operations.
 //! - Migrations ship with the crate ([`PostgresStore::migrate`]): the table
 //!   `oncely_idempotency_keys`, an index on `expires_at` for the reaper and a partial index on
 //!   in-flight leases for the completer. All timestamps are `BIGINT` epoch milliseconds.
@@ -32,10 +33,8 @@
 //! ```
 
 mod error;
-mod phase;
 mod sql;
 mod store;
 mod within;
 
-pub use phase::Phase;
 pub use store::PostgresStore;

@@ -169,10 +169,3 @@ pub(crate) const LIST_MARKED: &str = concat!(
     " FROM oncely_idempotency_keys WHERE state = 'in_flight' AND marked_at IS NOT NULL \
      ORDER BY marked_at, scope, key LIMIT $1"
 );
-
-/// Marks the start of a phase's business writes, so that `rollback_and_release` can undo them
-/// and still write the release in the same transaction (under the same row lock).
-pub(crate) const SAVEPOINT: &str = "SAVEPOINT oncely_phase";
-
-/// Undoes the business writes of a phase (also leaves an aborted transaction usable again).
-pub(crate) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT oncely_phase";

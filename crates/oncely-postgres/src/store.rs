@@ -1,7 +1,6 @@
 //! [`PostgresStore`]: the [`KeyStore`] implementation.
 
 use crate::error::{map, retry_transient};
-use crate::phase::Phase;
 use crate::sql;
 use async_trait::async_trait;
 use oncely_core::clock::duration_millis;
@@ -50,8 +49,9 @@ use std::time::Duration;
 /// backoff, so they never reach the caller as a `500`.
 ///
 /// A statement waits for a row lock only when it writes a row that another transaction is
-/// writing: a takeover (or a heartbeat `renew`) of a record whose owner has a [`Phase`]
-/// transaction open waits until that transaction ends, which is exactly what makes a phase
+/// writing: a takeover (or a heartbeat `renew`) of a record whose owner has a phase
+/// transaction open ([`PostgresStore::begin_tx`], then the `*_in` operations) waits until
+/// that transaction ends, which is exactly what makes a phase
 /// atomic with respect to takeovers. The wait is bounded by PostgreSQL's `lock_timeout`:
 /// [`PostgresStore::connect`] sets it to [`PostgresStore::DEFAULT_LOCK_TIMEOUT`] (5 seconds) on
 /// its connections; past it the operation fails with [`StoreError::Unavailable`] (`503`,
@@ -172,30 +172,6 @@ impl PostgresStore {
             .run(&self.pool)
             .await
             .map_err(StoreError::unavailable)
-    }
-
-    /// Begins a database transaction that carries one atomic phase of the request owned by
-    /// `token`; see [`Phase`].
-    ///
-    /// The transaction opens with the conditional fencing write (a lease renewal to now plus
-    /// `lease`, `WHERE scope, key AND token = $token AND state = 'in_flight'`), which takes the
-    /// row's write lock for the whole transaction: a takeover cannot interleave with the phase;
-    /// it waits for it (bounded by `lock_timeout`). The renewal commits with the phase, so no
-    /// extra commit is paid per phase; other instances meanwhile see the lease as last committed
-    /// (at the claim, the last checkpoint or heartbeat), which is why a phase must stay shorter
-    /// than the lease: phases hold database work only, never an outside call.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Fenced`] when `token` is stale or the record is no longer in flight;
-    /// [`StoreError::Unavailable`] when the database fails.
-    pub async fn begin_phase(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<Phase, StoreError> {
-        Phase::begin(self.pool.clone(), self.clock.clone(), id, token, lease).await
     }
 
     async fn fetch(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
@@ -505,7 +481,7 @@ impl KeyStore for PostgresStore {
 }
 
 /// The `COMPLETE` statement with its binds (shared by [`KeyStore::complete`] and
-/// [`Phase::complete`]).
+/// [`PostgresStore::complete_in`]).
 pub(crate) fn complete_query<'q>(
     id: &'q RecordKey,
     token: FencingToken,

@@ -51,7 +51,7 @@ async fn closed_pool_is_unavailable_for_every_operation() {
         Err(StoreError::Unavailable(_))
     ));
     assert!(matches!(
-        store.begin_phase(&id, FencingToken(1), LEASE).await,
+        store.begin_tx().await.map(drop),
         Err(StoreError::Unavailable(_))
     ));
 }

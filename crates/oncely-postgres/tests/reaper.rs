@@ -319,11 +319,12 @@ impl Redrive for Service {
             Err(e) => return Err(RedriveError::Unreachable(Box::new(e))),
         };
         assert_eq!(claim.recovery_point.as_deref(), Some("charge_created"));
-        let phase = self
-            .store
-            .begin_phase(&id, claim.token, LEASE)
+        let unreachable = |e: StoreError| RedriveError::Unreachable(Box::new(e));
+        let mut phase = self.store.begin_tx().await.map_err(unreachable)?;
+        self.store
+            .renew_in(&mut phase, &id, claim.token, LEASE)
             .await
-            .map_err(|e| RedriveError::Unreachable(Box::new(e)))?;
+            .map_err(unreachable)?;
         let response = StoredResponse {
             status: 201,
             headers: vec![],
@@ -331,10 +332,14 @@ impl Redrive for Service {
             body_retained: true,
             trailers: Vec::new(),
         };
-        phase
-            .complete(response, RETENTION)
+        self.store
+            .complete_in(&mut phase, &id, claim.token, &response, RETENTION)
             .await
-            .map_err(|e| RedriveError::Unreachable(Box::new(e)))?;
+            .map_err(unreachable)?;
+        phase
+            .commit()
+            .await
+            .map_err(|e| unreachable(StoreError::unavailable(e)))?;
         Ok(201)
     }
 }

@@ -19,9 +19,10 @@
 //! ```
 //!
 //! - [`SqliteStore`]: the store, its connection settings and how each operation is atomic.
-//! - [`Phase`]: transactional mode, where a handler's business writes, its recovery point and
-//!   its stored response commit in one SQLite transaction (DESIGN.md, "Transactional handlers
-//!   and recovery points").
+//! - Transactional mode (DESIGN.md, "Transactional handlers and recovery points"), where a
+//!   handler's business writes, its recovery point and its stored response commit in one SQLite
+//!   transaction: the `oncely-sqlx` crate, built on [`SqliteStore::begin_tx`] and the store's
+//!   `*_in` operations.
 //!
 //! The schema ships in the crate's `migrations/` directory (table `oncely_idempotency_keys`);
 //! all timestamps are integer epoch milliseconds from the store's
@@ -34,13 +35,11 @@
 //! can promise (and Oncely does not promise) exactly-once execution; see [`oncely_core`].
 
 mod error;
-mod phase;
 mod row;
 mod sql;
 mod store;
 mod within;
 
-pub use phase::Phase;
 pub use store::{
     ACQUIRE_TIMEOUT, BUSY_TIMEOUT, MAX_CONNECTIONS, SqliteStore, SqliteStoreError, connect_options,
 };

@@ -120,17 +120,3 @@ pub(crate) const LIST_MARKED: &str = concat!(
 /// transaction's read-to-write upgrade (which fails at once with `SQLITE_BUSY_SNAPSHOT` in WAL
 /// mode) never happens.
 pub(crate) const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
-
-/// Marks the start of a phase's business writes (see [`crate::Phase`]).
-pub(crate) const SAVEPOINT_PHASE: &str = "SAVEPOINT oncely_phase";
-
-/// Ends the phase's savepoint inside the still-open transaction. Fails with "no such savepoint"
-/// when the transaction was ended behind the phase's back.
-pub(crate) const RELEASE_PHASE: &str = "RELEASE SAVEPOINT oncely_phase";
-
-/// Discards the phase's business writes, keeping the transaction (and its lease renewal) open.
-pub(crate) const ROLLBACK_TO_PHASE: &str = "ROLLBACK TO SAVEPOINT oncely_phase";
-
-/// Re-opens a transaction on a connection whose transaction SQLite already ended, so that sqlx's
-/// own bookkeeping (it believes one is open) and the connection agree again before it rolls back.
-pub(crate) const BEGIN_RESYNC: &str = "BEGIN";

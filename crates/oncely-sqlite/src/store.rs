@@ -21,7 +21,8 @@ use std::time::Duration;
 
 /// How long a statement waits for SQLite's write lock before failing with `SQLITE_BUSY`
 /// (5 seconds; SQLite's `busy_timeout`). SQLite has one writer at a time: a claim waits here
-/// while another claim, or a [`Phase`](crate::Phase) holding its transaction, writes. When it
+/// while another claim, or a transactional handler holding its transaction
+/// ([`SqliteStore::begin_tx`]), writes. When it
 /// runs out the operation fails with [`StoreError::Unavailable`] and the layer answers `503`.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -33,7 +34,7 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// Why 8 on a small (2-core) machine: the connections mostly wait, not compute. SQLite admits
 /// one writer at a time; in WAL mode readers (replays, `409` answers, the completer's list) go on
-/// in parallel with it, and a [`Phase`](crate::Phase) keeps its connection for the whole
+/// in parallel with it, and a transactional handler keeps its connection for the whole
 /// handler. A few spare connections keep those reads and heartbeats from queueing behind a slow
 /// phase; more would only add threads (sqlx runs one worker thread per SQLite connection) that
 /// contend for the same write lock.
@@ -78,15 +79,6 @@ pub enum SqliteStoreError {
         #[source]
         source: sqlx::Error,
     },
-    /// A phase's transaction ended before the phase did: the handler ran `COMMIT` or
-    /// `ROLLBACK` itself, or SQLite rolled the transaction back after an error (`SQLITE_FULL`,
-    /// `SQLITE_IOERR`, ...). Nothing of the phase is recorded in the key store; the claim stays
-    /// in flight until its lease lapses.
-    #[error(
-        "the phase's transaction ended outside the phase (an explicit COMMIT or ROLLBACK, or \
-         SQLite rolled it back after an error); nothing was recorded"
-    )]
-    PhaseTransactionLost,
     /// A claim kept finding the row changed under its conditional write.
     #[error("the claim found the record changing under it {0} times in a row")]
     ClaimContention(usize),
@@ -258,8 +250,7 @@ impl SqliteStore {
         self
     }
 
-    /// The connection pool, for the application's own business tables (and for
-    /// [`Phase`](crate::Phase)s' transactions).
+    /// The connection pool, for the application's own business tables.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }

@@ -542,8 +542,12 @@ async fn busy_and_closed_are_unavailable() {
     let holder = TempStore::open(clock.clone()).await;
     let id = fresh_id();
     let c = expect_claimed(holder.claim(claim_req(&id, "{}")).await.unwrap());
-    // A phase holds the write lock...
-    let phase = holder.begin_phase(&id, c.token, LEASE).await.unwrap();
+    // A phase holds the write lock (BEGIN IMMEDIATE, then its fencing write)...
+    let mut phase = holder.begin_tx().await.unwrap();
+    holder
+        .renew_in(&mut phase, &id, c.token, LEASE)
+        .await
+        .unwrap();
     // ...while a second pool with a 200 ms busy timeout tries to claim another key.
     let options = connect_options(holder.path().to_str().unwrap())
         .unwrap()

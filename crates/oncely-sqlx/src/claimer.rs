@@ -65,6 +65,7 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
             // Nothing was written: dropping `tx` rolls the empty transaction back.
             return Ok((outcome, None));
         };
+        self.store.mark_open(&mut tx).await?;
         let shared = Arc::new(Shared {
             store: self.store.clone(),
             id: req.id.clone(),

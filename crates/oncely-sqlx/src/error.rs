@@ -11,6 +11,7 @@ use oncely_core::{Problem, StoreError};
 /// |---|---|---|
 /// | [`TxError::NoTransaction`] | `500 idempotency_layer_missing` | a server misconfiguration: no transactional layer on the route |
 /// | [`TxError::AlreadyTaken`], [`TxError::AlreadyCompleted`] | `500 idempotency_handler_misuse` | a handler bug: two `Tx` extractors, or a phase begun after the commit |
+/// | [`TxError::TransactionEnded`] | `500 idempotency_handler_misuse` | the handler ended the phase's transaction itself (see the variant) |
 /// | [`TxError::ResponseFailed`] | `500 response_failed` | the response body broke while it was captured; nothing committed, a retry runs again |
 /// | [`TxError::Fenced`] | `409 idempotency_request_in_flight`, `Retry-After` | this request lost its claim (its lease lapsed, another took over); nothing of this phase committed |
 /// | [`TxError::Store`] | `503 idempotency_store_unavailable`, `Retry-After` | the key store failed; nothing of this phase committed |
@@ -20,8 +21,22 @@ use oncely_core::{Problem, StoreError};
 /// | [`TxError::RecoveryPoint`] | `500 recovery_point_invalid` | a stored recovery point does not decode as the handler's step type |
 ///
 /// A phase that fails rolls back: for a single-phase handler that undoes the claim too, so the
-/// key is free and a retry executes afresh. After a committed phase the layer keeps the record
-/// in flight at its recovery point and cuts the lease short, so a retry resumes there.
+/// key is free and a retry executes afresh, and the answer is the one in the table.
+///
+/// # After an earlier phase committed
+///
+/// When an earlier phase of the request committed a recovery point (in this attempt with
+/// [`Tx::checkpoint`](crate::Tx::checkpoint), or in an attempt this one took over), "nothing
+/// was committed" would be false: the layer keeps the record in flight at that recovery point
+/// and cuts its lease short, so a retry with the same key resumes there. The
+/// [`TxError::Database`], [`TxError::Store`] and [`TxError::ResponseFailed`] answers then
+/// become `503 request_suspended`, `retryable: true`, `Retry-After: 1`, whose `detail` says
+/// what failed and where the request stopped (the step's name: a JSON string step, the tag of
+/// an externally tagged enum, or the `step` member of an internally tagged one). The error
+/// cannot know this alone (a handler's `?` on its own statement makes it from a bare
+/// `sqlx::Error`): its response carries a marker, and the layer asks the request's claim,
+/// which knows, through [`ClaimProgress::unfinished_answer`](oncely_tower::ClaimProgress::unfinished_answer).
+/// [`TxError::Fenced`] keeps its `409` (another attempt owns the request now).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TxError {
@@ -36,6 +51,29 @@ pub enum TxError {
     /// [`Between::begin`](crate::Between::begin) after the request completed.
     #[error("this request already completed; no phase can begin after Tx::commit")]
     AlreadyCompleted,
+    /// The phase's transaction had ended before [`Tx::commit`](crate::Tx::commit) or
+    /// [`Tx::checkpoint`](crate::Tx::checkpoint): the handler ran `COMMIT` or `ROLLBACK`
+    /// through the [`Tx`](crate::Tx) (or the database rolled it back by itself), so the
+    /// response or recovery point could no longer commit with the business writes. Nothing is
+    /// recorded (no stored response, no recovery point).
+    ///
+    /// The key is **not released**, and is left as the database holds it: after a `COMMIT`
+    /// the handler's writes (and, in the first phase, the claim) may have committed, and a
+    /// released key would let a retry execute afresh over them at once. A first phase's
+    /// claim thus stays in flight until its lease lapses (or is gone, after a `ROLLBACK`); a
+    /// later phase's request is suspended at its last recovery point as after any failed
+    /// phase. Then a retry, or the completer, resumes at the last recovery point a phase
+    /// committed, which can repeat the broken phase's writes: it is a server bug, logged at
+    /// `error`, and the answer is not retryable.
+    ///
+    /// Detected before recording on SQLite always (a savepoint, no I/O); on PostgreSQL at
+    /// [`Tx::checkpoint`](crate::Tx::checkpoint) and at the commit of a later phase, not at the
+    /// commit of the phase that carries the claim (it would cost that hot path a round trip;
+    /// see [`SqlStore::still_open`](crate::SqlStore::still_open)).
+    #[error(
+        "the handler ended its idempotent transaction itself (COMMIT or ROLLBACK through the Tx)"
+    )]
+    TransactionEnded,
     /// The response body failed while [`Tx::commit`](crate::Tx::commit) captured it; nothing
     /// was committed.
     #[error("the response body failed while it was captured; nothing was committed")]
@@ -118,14 +156,74 @@ pub fn classify(e: &sqlx::Error) -> DbErrorClass {
     }
 }
 
+/// Left in the extensions of a rendered [`TxError`] whose answer says nothing of this step
+/// committed: what failed, for the answer that replaces it when an earlier phase committed a
+/// recovery point (see [`stopped_answer`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PhaseFailed(&'static str);
+
+/// The answer to a phase that failed (`failed`) after the request committed `recovery_point`:
+/// `503 request_suspended`, retryable, `Retry-After: 1`.
+pub(crate) fn stopped_answer(failed: PhaseFailed, recovery_point: &str) -> (Problem, Option<u64>) {
+    let at = step_name(recovery_point).map_or_else(
+        || "at its last committed step".to_owned(),
+        |s| format!("after its step `{s}`"),
+    );
+    let detail = format!(
+        "{} in a step of this request, and that step rolled back; the steps before it are \
+         committed and kept, and the request stopped {at}: retry the same request with the \
+         same Idempotency-Key to resume there",
+        failed.0
+    );
+    (
+        Problem::from_code(oncely_core::ErrorCode::RequestSuspended, &detail),
+        Some(1),
+    )
+}
+
+/// A short name for a typed step, if it has one: a JSON string, the one key of an object (an
+/// externally tagged serde enum), or an object's `step` string (an internally tagged one); at
+/// most 64 visible ASCII characters.
+fn step_name(recovery_point: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(recovery_point).ok()?;
+    let name = match &v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(m) => match m.get("step") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            _ if m.len() == 1 => m.keys().next()?.clone(),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let fits = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_graphic());
+    fits.then_some(name)
+}
+
 impl IntoResponse for TxError {
     fn into_response(self) -> Response {
         use oncely_core::{ErrorCode, StatusProfile};
+        let failed = match &self {
+            TxError::Database(e) => Some(PhaseFailed(match classify(e) {
+                DbErrorClass::Transient => "the database failed transiently",
+                DbErrorClass::Refused => "the database refused a value",
+                DbErrorClass::Other => "the database failed",
+            })),
+            TxError::Store(_) => Some(PhaseFailed("the idempotency key store failed")),
+            TxError::ResponseFailed => Some(PhaseFailed("the response could not be produced")),
+            _ => None,
+        };
         let (p, retry_after) = match &self {
             TxError::NoTransaction => (
                 Problem::from_code(
                     ErrorCode::LayerMissing,
                     "this route needs an idempotent transaction, but the request carries none (server misconfiguration)",
+                ),
+                None,
+            ),
+            TxError::TransactionEnded => (
+                Problem::from_code(
+                    ErrorCode::HandlerMisuse,
+                    "the handler ended its idempotent transaction itself (a COMMIT or ROLLBACK through it), so this step could not be recorded with its writes: nothing was stored, and the key was not released, because writes may have committed outside the step; a server bug",
                 ),
                 None,
             ),
@@ -192,8 +290,12 @@ impl IntoResponse for TxError {
         };
         // The full error (driver messages, addresses) goes to the log, never to the client.
         tracing::warn!(error = %self, code = %p.code, "transactional phase failed");
-        oncely_tower::problem_response(&p, retry_after)
+        let mut res = oncely_tower::problem_response(&p, retry_after)
             .map(axum::body::Body::new)
-            .into_response()
+            .into_response();
+        if let Some(failed) = failed {
+            res.extensions_mut().insert(failed);
+        }
+        res
     }
 }

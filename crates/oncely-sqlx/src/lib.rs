@@ -47,7 +47,9 @@
 //! - **A failed phase rolls back** ([`TxError`] renders the answer). A single-phase handler's
 //!   uncommitted error thus leaves the key free (DESIGN: a `5xx` whose transaction rolled back
 //!   is not stored); a response the handler commits with [`Tx::commit`], whatever its status, is
-//!   stored and replayed, because its writes committed.
+//!   stored and replayed, because its writes committed. A phase that fails after an earlier
+//!   one committed a recovery point says so: `503 request_suspended`, retryable, naming the
+//!   step where the request stopped; a retry with the same key resumes there.
 //! - **No success without a commit.** A handler that answers 2xx or 3xx without completing its
 //!   transaction gets `500 handler_did_not_commit` sent instead (its writes were rolled back);
 //!   a response body that breaks while [`Tx::commit`] captures it commits nothing.

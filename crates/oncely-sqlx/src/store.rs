@@ -104,11 +104,53 @@ pub trait SqlStore: KeyStore + Clone {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<(), StoreError>;
+
+    /// Marks, on `conn`, the transaction [`SqlStore::begin`] opened, right after its claim or
+    /// its fencing write, so that [`SqlStore::still_open`] can tell later whether it is still
+    /// that transaction. Default: nothing. SQLite: `SAVEPOINT oncely_tx` (in process, no I/O).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`].
+    async fn mark_open(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+    ) -> Result<(), StoreError> {
+        let _ = conn;
+        Ok(())
+    }
+
+    /// Whether the transaction [`SqlStore::begin`] opened for `id` is still open on `conn`:
+    /// `false` when it ended behind the phase's back (the handler ran `COMMIT` or `ROLLBACK`
+    /// through the [`Tx`](crate::Tx), or the database rolled it back by itself), so that what
+    /// the phase writes next would not commit with its business writes. Asked before a phase
+    /// records its recovery point or its response. `hot` is true for the commit of the
+    /// transaction that carries the claim (a single-phase handler's only commit).
+    ///
+    /// Default: `true`. SQLite: releases the savepoint of [`SqlStore::mark_open`] ("no such
+    /// savepoint" means the transaction ended; in process, no I/O). PostgreSQL: one
+    /// `SELECT age(xmin) <= 0` of the record (was it written by this very transaction?), a
+    /// round trip, so it is skipped (`true`) when `hot`: sqlx keeps the server's transaction
+    /// status private, and no statement of the hot path can carry the check.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`].
+    async fn still_open(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        id: &RecordKey,
+        hot: bool,
+    ) -> Result<bool, StoreError> {
+        let _ = (conn, id, hot);
+        Ok(true)
+    }
 }
 
-/// Implements [`SqlStore`] by delegating to the store's inherent `*_in` methods.
+/// Implements [`SqlStore`] by delegating to the store's inherent `*_in` methods, and the
+/// transaction guard to `$guard` (a module with `mark_open` and `still_open`).
 macro_rules! delegate {
-    ($store:ty, $db:ty) => {
+    ($store:ty, $db:ty, $guard:ident) => {
         #[async_trait]
         impl SqlStore for $store {
             type Database = $db;
@@ -163,11 +205,104 @@ macro_rules! delegate {
             ) -> Result<(), StoreError> {
                 <$store>::complete_in(self, conn, id, token, response, retention).await
             }
+
+            async fn mark_open(
+                &self,
+                conn: &mut <$db as Database>::Connection,
+            ) -> Result<(), StoreError> {
+                $guard::mark_open(conn).await
+            }
+
+            async fn still_open(
+                &self,
+                conn: &mut <$db as Database>::Connection,
+                id: &RecordKey,
+                hot: bool,
+            ) -> Result<bool, StoreError> {
+                $guard::still_open(conn, id, hot).await
+            }
         }
     };
 }
 
 #[cfg(feature = "sqlite")]
-delegate!(oncely_sqlite::SqliteStore, sqlx::Sqlite);
+delegate!(oncely_sqlite::SqliteStore, sqlx::Sqlite, sqlite_guard);
 #[cfg(feature = "postgres")]
-delegate!(oncely_postgres::PostgresStore, sqlx::Postgres);
+delegate!(
+    oncely_postgres::PostgresStore,
+    sqlx::Postgres,
+    postgres_guard
+);
+
+/// SQLite: a savepoint taken when the transaction opens, released before the phase records
+/// anything. After a `COMMIT` or `ROLLBACK` behind the phase's back it no longer exists.
+#[cfg(feature = "sqlite")]
+mod sqlite_guard {
+    use oncely_core::{RecordKey, StoreError};
+    use sqlx::SqliteConnection;
+
+    pub(super) async fn mark_open(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+        sqlx::query("SAVEPOINT oncely_tx")
+            .execute(conn)
+            .await
+            .map(drop)
+            .map_err(StoreError::unavailable)
+    }
+
+    pub(super) async fn still_open(
+        conn: &mut SqliteConnection,
+        _id: &RecordKey,
+        _hot: bool,
+    ) -> Result<bool, StoreError> {
+        match sqlx::query("RELEASE SAVEPOINT oncely_tx")
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_database_error()
+                    .is_some_and(|d| d.message().contains("no such savepoint")) =>
+            {
+                // sqlx still counts its transaction open and will roll it back: open one
+                // (an error, ignored, if the handler already did) so that the rollback ends a
+                // real transaction and the pooled connection's bookkeeping is right again.
+                let _ = sqlx::query("BEGIN").execute(conn).await;
+                Ok(false)
+            }
+            Err(e) => Err(StoreError::unavailable(e)),
+        }
+    }
+}
+
+/// PostgreSQL: a row this transaction wrote (the claim, or the phase's fencing write) has
+/// `age(xmin) = 0` (or below, from a subtransaction) only while that transaction is open;
+/// after a `COMMIT` the statement runs in a transaction of its own and the age is positive,
+/// after a `ROLLBACK` the row is the older version (or gone).
+#[cfg(feature = "postgres")]
+mod postgres_guard {
+    use oncely_core::{RecordKey, StoreError};
+    use sqlx::PgConnection;
+
+    pub(super) async fn mark_open(_conn: &mut PgConnection) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    pub(super) async fn still_open(
+        conn: &mut PgConnection,
+        id: &RecordKey,
+        hot: bool,
+    ) -> Result<bool, StoreError> {
+        if hot {
+            return Ok(true);
+        }
+        let mine: Option<bool> = sqlx::query_scalar(
+            "SELECT age(xmin) <= 0 FROM oncely_idempotency_keys WHERE scope = $1 AND key = $2",
+        )
+        .bind(id.scope.as_str())
+        .bind(id.key.as_str())
+        .fetch_optional(conn)
+        .await
+        .map_err(StoreError::unavailable)?;
+        Ok(mine == Some(true))
+    }
+}

@@ -1,7 +1,7 @@
 //! [`Tx`]: the handler's transaction that already holds its claim, and [`Between`]: a
 //! multi-step request between two phases.
 
-use crate::error::TxError;
+use crate::error::{PhaseFailed, TxError, stopped_answer};
 use crate::store::SqlStore;
 use axum::response::{IntoResponse, Response};
 use oncely_core::{ClaimKind, FencingToken, RecordKey};
@@ -57,6 +57,20 @@ impl<S: SqlStore> oncely_tower::ClaimProgress for Shared<S> {
     }
     fn recovery_point(&self) -> Option<String> {
         self.state().recovery_point.clone()
+    }
+    /// A [`TxError`] answer (it says nothing of its step committed) of a request that has a
+    /// committed recovery point becomes "stopped there, retry resumes" (see
+    /// [`TxError`]'s docs, "After an earlier phase committed").
+    fn unfinished_answer(
+        &self,
+        extensions: &http::Extensions,
+    ) -> Option<(oncely_core::Problem, Option<u64>)> {
+        let failed = *extensions.get::<PhaseFailed>()?;
+        let state = self.state();
+        if state.completed {
+            return None;
+        }
+        Some(stopped_answer(failed, state.recovery_point.as_deref()?))
     }
     fn on_first_commit(&self, start: Box<dyn FnOnce() + Send>) {
         if self.state().committed {
@@ -114,11 +128,19 @@ impl<S: SqlStore> Clone for TxSlot<S> {
 ///   request that includes the claim, so the key is free again and a retry executes afresh;
 ///   after a committed phase, the layer keeps the record at its recovery point for the retry.
 ///
+/// Never run `COMMIT` or `ROLLBACK` through it: the phase would no longer be one unit.
+/// [`Tx::commit`] and [`Tx::checkpoint`] refuse to record anything on a transaction that ended
+/// early ([`TxError::TransactionEnded`]; on PostgreSQL not checked at the commit of the
+/// transaction that carries the claim). Nested `sqlx` transactions (savepoints) are fine.
+///
 /// In axum, take it as a handler argument (it is an extractor); in plain tower, with
 /// [`Tx::from_extensions`].
 pub struct Tx<S: SqlStore> {
     tx: Option<Transaction<'static, S::Database>>,
     shared: Arc<Shared<S>>,
+    /// Whether this is the transaction that carries the claim (not one of
+    /// [`Between::begin`]).
+    first: bool,
 }
 
 impl<S: SqlStore> fmt::Debug for Tx<S> {
@@ -179,6 +201,7 @@ impl<S: SqlStore> Tx<S> {
         Ok(Self {
             tx: Some(tx),
             shared: Arc::clone(&slot.0),
+            first: true,
         })
     }
 
@@ -265,6 +288,14 @@ impl<S: SqlStore> Tx<S> {
         }
         let mut tx = self.take();
         let sh = Arc::clone(&self.shared);
+        let hot = self.first;
+        if let Err(e) = ensure_open(&sh, &mut tx, hot).await {
+            sh.state().phase_open = false;
+            return Err(e);
+        }
+        // Whether a split store recorded the intent (then it is the recovery point, whatever
+        // happens next).
+        let mut recorded = false;
         let result = if sh.store.atomic() {
             match sh
                 .store
@@ -276,11 +307,11 @@ impl<S: SqlStore> Tx<S> {
             }
         } else {
             // A split store: the intent, the business commit, then the stored response.
-            split_finish(&sh, tx, intent.as_deref(), &stored).await
+            split_finish(&sh, tx, intent.as_deref(), &stored, &mut recorded).await
         };
         let mut state = sh.state();
         state.phase_open = false;
-        if let Some(rp) = intent.filter(|_| !sh.store.atomic()) {
+        if let Some(rp) = intent.filter(|_| recorded) {
             state.recovery_point = Some(rp);
         }
         result?;
@@ -303,6 +334,10 @@ impl<S: SqlStore> Tx<S> {
         let rp = serde_json::to_string(step)?;
         let mut tx = self.take();
         let sh = &self.shared;
+        if let Err(e) = ensure_open(sh, &mut tx, false).await {
+            sh.state().phase_open = false;
+            return Err(e);
+        }
         sh.store
             .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease)
             .await?;
@@ -318,16 +353,37 @@ impl<S: SqlStore> Tx<S> {
     }
 }
 
+/// Refuses to record anything on a transaction that ended behind the phase's back (see
+/// [`SqlStore::still_open`] and [`TxError::TransactionEnded`]).
+async fn ensure_open<S: SqlStore>(
+    sh: &Shared<S>,
+    tx: &mut Transaction<'static, S::Database>,
+    hot: bool,
+) -> Result<(), TxError> {
+    if sh.store.still_open(tx, &sh.id, hot).await? {
+        return Ok(());
+    }
+    tracing::error!(
+        scope = %sh.id.scope,
+        key = %sh.id.key,
+        token = sh.token.0,
+        "the handler ended its idempotent transaction itself (COMMIT or ROLLBACK through the Tx): nothing of this phase is recorded, and the key is not released (writes may have committed outside the phase)"
+    );
+    Err(TxError::TransactionEnded)
+}
+
 async fn split_finish<S: SqlStore>(
     sh: &Shared<S>,
     mut tx: Transaction<'static, S::Database>,
     intent: Option<&str>,
     stored: &oncely_core::StoredResponse,
+    recorded: &mut bool,
 ) -> Result<(), TxError> {
     if let Some(rp) = intent {
         sh.store
             .checkpoint_in(&mut tx, &sh.id, sh.token, rp, sh.lease)
             .await?;
+        *recorded = true;
     }
     tx.commit().await?;
     sh.store
@@ -376,6 +432,10 @@ impl<S: SqlStore> Between<S> {
         let mut tx = sh.store.begin().await?;
         sh.state().phase_open = true;
         let tx_result = sh.store.renew_in(&mut tx, &sh.id, sh.token, sh.lease).await;
+        let tx_result = match tx_result {
+            Ok(_) => sh.store.mark_open(&mut tx).await,
+            Err(e) => Err(e),
+        };
         if let Err(e) = tx_result {
             sh.state().phase_open = false;
             return Err(e.into());
@@ -383,6 +443,7 @@ impl<S: SqlStore> Between<S> {
         Ok(Tx {
             tx: Some(tx),
             shared: Arc::clone(&self.shared),
+            first: false,
         })
     }
 }

@@ -32,6 +32,19 @@ const LEASE: Duration = Duration::from_secs(30);
 /// One database under test: how to make a store on a [`ManualClock`], and the business table.
 #[async_trait]
 trait Db: SqlStore + Sized {
+    /// How long a duplicate's claim may wait for a later phase's open transaction before it
+    /// answers in flight: SQLite answers from a read that takes no lock; PostgreSQL claims
+    /// inside a transaction (no read first, to save a round trip on every first execution), so
+    /// it waits on the record's row lock for at most its lock timeout.
+    const OPEN_PHASE_WAIT: Duration;
+    /// Whether a transaction ended behind the first phase's back is detected at its `Tx::commit`
+    /// (PostgreSQL skips that check on the hot path; see `SqlStore::still_open`).
+    const GUARDS_FIRST_PHASE: bool;
+    /// Runs `sql` (no binds) on `conn`.
+    async fn raw(
+        conn: &mut <Self::Database as Database>::Connection,
+        sql: &'static str,
+    ) -> Result<(), sqlx::Error>;
     async fn fresh(clock: ManualClock) -> Option<Self>;
     async fn insert_row(
         conn: &mut <Self::Database as Database>::Connection,
@@ -39,10 +52,23 @@ trait Db: SqlStore + Sized {
         key: &str,
     ) -> Result<(), sqlx::Error>;
     async fn rows(&self, key: &str) -> i64;
+    /// A statement that fails (a missing table: neither transient nor a refused value).
+    async fn broken(conn: &mut <Self::Database as Database>::Connection)
+    -> Result<(), sqlx::Error>;
+    /// Moves the record of `key` on to another token, inside the caller's transaction.
+    async fn bump_token(
+        conn: &mut <Self::Database as Database>::Connection,
+        key: &str,
+    ) -> Result<(), sqlx::Error>;
 }
 
 #[async_trait]
 impl Db for oncely_sqlite::SqliteStore {
+    const OPEN_PHASE_WAIT: Duration = Duration::ZERO;
+    const GUARDS_FIRST_PHASE: bool = true;
+    async fn raw(conn: &mut sqlx::SqliteConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+        sqlx::query(sql).execute(conn).await.map(drop)
+    }
     async fn fresh(clock: ManualClock) -> Option<Self> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.keep().join("phases.sqlite3");
@@ -76,10 +102,28 @@ impl Db for oncely_sqlite::SqliteStore {
             .await
             .unwrap()
     }
+    async fn broken(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT * FROM no_such_table")
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+    async fn bump_token(conn: &mut sqlx::SqliteConnection, key: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE oncely_idempotency_keys SET token = token + 1 WHERE key = ?1")
+            .bind(key)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
 }
 
 #[async_trait]
 impl Db for oncely_postgres::PostgresStore {
+    const OPEN_PHASE_WAIT: Duration = oncely_postgres::PostgresStore::TX_LOCK_TIMEOUT;
+    const GUARDS_FIRST_PHASE: bool = false;
+    async fn raw(conn: &mut sqlx::PgConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+        sqlx::query(sql).execute(conn).await.map(drop)
+    }
     async fn fresh(clock: ManualClock) -> Option<Self> {
         let Ok(url) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
             eprintln!("skipping: ONCELY_TEST_POSTGRES_URL is unset (a PostgreSQL URL is needed)");
@@ -128,6 +172,19 @@ impl Db for oncely_postgres::PostgresStore {
             .await
             .unwrap()
     }
+    async fn broken(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT * FROM oncely_sqlx_no_such_table")
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+    async fn bump_token(conn: &mut sqlx::PgConnection, key: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE oncely_idempotency_keys SET token = token + 1 WHERE key = $1")
+            .bind(key)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
 }
 
 /// What the test app counts and how it can be told to misbehave.
@@ -138,6 +195,9 @@ struct Ctl<S> {
     outside: Mutex<HashMap<String, usize>>,
     /// How many of the next executions fail (roll back) instead of committing.
     fail_next: AtomicUsize,
+    /// How many of the next multi-step executions fail in their second phase (a row, then a
+    /// failing statement), after the first phase committed.
+    fail_second: AtomicUsize,
     /// Where the next execution crashes (once).
     crash_at: Mutex<Option<&'static str>>,
     /// Where the next execution waits for `gate` (once).
@@ -191,11 +251,7 @@ async fn single<S: Db>(
     let k = tx.id().key.as_str().to_owned();
     S::insert_row(&mut tx, &id, &k).await?;
     delay(&headers).await;
-    if app
-        .fail_next
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-    {
+    if take(&app.fail_next) {
         // Dropping `tx` rolls the row and the claim back.
         return Ok((StatusCode::SERVICE_UNAVAILABLE, "try again").into_response());
     }
@@ -253,7 +309,12 @@ async fn multi<S: Db>(State(app): State<App<S>>, mut tx: Tx<S>) -> Result<Respon
         .entry(outside_key.clone())
         .or_default() += 1;
     let charge = format!("ch_{}", &outside_key[outside_key.len() - 8..]);
-    let tx = between.begin().await?;
+    let mut tx = between.begin().await?;
+    app.pause("in_charged_phase").await;
+    if take(&app.fail_second) {
+        S::insert_row(&mut tx, &format!("{row}_lost"), &key).await?;
+        S::broken(&mut tx).await?;
+    }
     let between = tx
         .checkpoint(&Step::Charged {
             row: row.clone(),
@@ -267,6 +328,66 @@ async fn multi<S: Db>(State(app): State<App<S>>, mut tx: Tx<S>) -> Result<Respon
         Json(serde_json::json!({"row": row, "charge": charge})),
     ))
     .await
+}
+
+/// Takes one from `n` if it is not 0.
+fn take(n: &AtomicUsize) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// A row, then a statement that fails, with `?` (the handler's own error).
+async fn failing<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
+    let k = tx.id().key.as_str().to_owned();
+    S::insert_row(
+        &mut tx,
+        &format!("row_{}", uuid::Uuid::new_v4().simple()),
+        &k,
+    )
+    .await?;
+    S::broken(&mut tx).await?;
+    tx.commit("unreachable").await
+}
+
+/// A row, then the record moves on to another token in the same transaction: the completing
+/// write is fenced, and the row goes with the rollback.
+async fn fenced<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
+    let k = tx.id().key.as_str().to_owned();
+    S::insert_row(
+        &mut tx,
+        &format!("row_{}", uuid::Uuid::new_v4().simple()),
+        &k,
+    )
+    .await?;
+    S::bump_token(&mut tx, &k).await?;
+    tx.commit((StatusCode::CREATED, "created")).await
+}
+
+/// A handler bug: ends its transaction itself (`x-end`: `COMMIT` or `ROLLBACK`) in its first
+/// phase, or (`x-where: later`) in its second, after a row, then commits through the `Tx`.
+async fn ends_itself<S: Db>(headers: HeaderMap, mut tx: Tx<S>) -> Result<Response, TxError> {
+    let k = tx.id().key.as_str().to_owned();
+    let end = match headers["x-end"].to_str().unwrap() {
+        "COMMIT" => "COMMIT",
+        _ => "ROLLBACK",
+    };
+    if headers.get("x-where").is_some_and(|w| w == "later") {
+        let row = format!("row_{}", uuid::Uuid::new_v4().simple());
+        S::insert_row(&mut tx, &row, &k).await?;
+        tx = tx
+            .checkpoint(&Step::Recorded { row })
+            .await?
+            .begin()
+            .await?;
+    }
+    S::insert_row(
+        &mut tx,
+        &format!("end_{}", uuid::Uuid::new_v4().simple()),
+        &k,
+    )
+    .await?;
+    S::raw(&mut tx, end).await?;
+    tx.commit((StatusCode::CREATED, "created")).await
 }
 
 /// A handler bug: writes, then answers success without committing.
@@ -323,6 +444,7 @@ async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
         executions: AtomicUsize::new(0),
         outside: Mutex::new(HashMap::new()),
         fail_next: AtomicUsize::new(0),
+        fail_second: AtomicUsize::new(0),
         crash_at: Mutex::new(None),
         pause_at: Mutex::new(None),
         gate: Notify::new(),
@@ -333,6 +455,9 @@ async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
         .route("/multi", post(multi::<S>))
         .route("/forget", post(forget::<S>))
         .route("/broken", post(broken_stream::<S>))
+        .route("/failing", post(failing::<S>))
+        .route("/fenced", post(fenced::<S>))
+        .route("/ends_itself", post(ends_itself::<S>))
         .with_state(Arc::clone(&app))
         .layer(oncely_sqlx::layer(store, policy))
         .layer(middleware::from_fn(authenticate));
@@ -621,7 +746,13 @@ async fn a_takeover_resumes_with_its_step<S: Db>() {
     let k = key();
     *h.app.crash_at.lock().unwrap() = Some("after_recorded");
     send_crashing(&h.router, request("/multi", &k, &[])).await;
-    h.clock.advance(LEASE + Duration::from_secs(1));
+    // The checkpoint set the lease: alive up to its last millisecond, lapsed one after.
+    h.clock.advance(LEASE - Duration::from_millis(1));
+    assert_eq!(
+        send(&h.router, request("/multi", &k, &[])).await.status,
+        409
+    );
+    h.clock.advance(Duration::from_millis(2));
     let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
     let rp: Step = serde_json::from_str(rec.recovery_point().unwrap()).unwrap();
     assert!(matches!(rp, Step::Recorded { .. }));
@@ -721,6 +852,223 @@ async fn no_success_without_a_commit<S: Db>() {
     }
 }
 
+/// A later phase fails (a row, then a statement that fails) after the first phase committed:
+/// the answer says so (retryable, where it stopped), not "nothing was committed"; the failed
+/// phase's row is rolled back, the first phase's row stays, and the retry resumes at the
+/// recovery point and finishes with the first phase's row there once.
+async fn a_later_phase_failure_is_retryable_and_resumes<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    h.app.fail_second.store(1, Ordering::SeqCst);
+    let failed = send(&h.router, request("/multi", &k, &[])).await;
+    let text = String::from_utf8_lossy(&failed.body).into_owned();
+    assert_eq!(failed.status, 503, "{text}");
+    assert_eq!(failed.headers["retry-after"], "1");
+    let problem: serde_json::Value = serde_json::from_slice(&failed.body).unwrap();
+    assert_eq!(problem["code"], "request_suspended", "{text}");
+    assert_eq!(problem["retryable"], true);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("the database failed in a step"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("stopped after its step `Recorded`"),
+        "{detail}"
+    );
+    assert_eq!(h.app.store.rows(&k).await, 1, "phase 1's row only");
+    let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
+    let rp: Step = serde_json::from_str(rec.recovery_point().expect("in flight")).unwrap();
+    assert!(matches!(rp, Step::Recorded { .. }), "{rp:?}");
+    // The layer cut the lease short (to 1 ms): the retry takes over at once.
+    h.clock.advance(Duration::from_millis(2));
+    let retry = send(&h.router, request("/multi", &k, &[])).await;
+    assert_eq!(
+        retry.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&retry.body)
+    );
+    assert!(!retry.replayed);
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 2);
+    assert_eq!(h.app.store.rows(&k).await, 1, "phase 1's row, once");
+    assert_eq!(h.app.store.get(&rid(&k)).await.unwrap().unwrap().token.0, 2);
+    // The resumed attempt repeated the outside call with the same derived key (the failed
+    // phase had not recorded the charge), which the outside system collapses.
+    let outside = h.app.outside.lock().unwrap().clone();
+    assert_eq!(outside.len(), 1);
+    assert_eq!(outside.values().sum::<usize>(), 2);
+    let again = send(&h.router, request("/multi", &k, &[])).await;
+    assert!(again.replayed);
+    assert_eq!(again.body, retry.body);
+}
+
+/// A first phase whose own statement fails (with `?`; on PostgreSQL this also leaves the
+/// transaction aborted) rolls back everything: no row, no claim, and the answer says nothing
+/// was committed (not retryable: the same request fails the same way).
+async fn a_failed_first_phase_leaves_nothing<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    let failed = send(&h.router, request("/failing", &k, &[])).await;
+    assert_eq!(failed.status, 500);
+    let problem: serde_json::Value = serde_json::from_slice(&failed.body).unwrap();
+    assert_eq!(problem["code"], "database_error");
+    assert_eq!(problem["retryable"], false);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was committed")
+    );
+    assert_eq!(h.app.store.rows(&k).await, 0);
+    assert_eq!(
+        h.app.store.get(&rid(&k)).await.unwrap(),
+        None,
+        "the key is free"
+    );
+}
+
+/// The completing write is conditional on the token even inside the phase's own transaction:
+/// when the record moved on to another token, `Tx::commit` is fenced (`409`) and the
+/// business row rolls back with it.
+async fn a_fenced_completion_commits_nothing<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    let fenced = send(&h.router, request("/fenced", &k, &[])).await;
+    assert_eq!(
+        fenced.status,
+        409,
+        "{}",
+        String::from_utf8_lossy(&fenced.body)
+    );
+    let problem: serde_json::Value = serde_json::from_slice(&fenced.body).unwrap();
+    assert_eq!(problem["code"], "idempotency_request_in_flight");
+    assert_eq!(h.app.store.rows(&k).await, 0);
+    assert_eq!(h.app.store.get(&rid(&k)).await.unwrap(), None);
+}
+
+/// A duplicate that finds the lease lapsed while the first request's phase is still open
+/// cannot take over in the middle of it: it waits for the phase and replays its response.
+async fn a_takeover_waits_for_an_open_phase<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    let first = {
+        let r = h.router.clone();
+        let k = k.clone();
+        tokio::spawn(
+            async move { send(&r, request("/single", &k, &[("x-delay-ms", "400")])).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let dup = send(&h.router, request("/single", &k, &[])).await;
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 201);
+    assert_eq!(dup.status, 201, "{}", String::from_utf8_lossy(&dup.body));
+    assert!(dup.replayed);
+    assert_eq!(dup.body, first.body);
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 1);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+}
+
+/// Case S6 during a later phase: a duplicate of a request whose later phase is open (its
+/// transaction holds the record's lock) is answered in flight, never run: at once on SQLite,
+/// within the lock-wait bound on PostgreSQL (see [`Db::OPEN_PHASE_WAIT`]).
+async fn a_duplicate_during_a_later_phase_is_in_flight_at_once<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    *h.app.pause_at.lock().unwrap() = Some("in_charged_phase");
+    let paused = h.app.paused.notified();
+    let owner = {
+        let r = h.router.clone();
+        let k = k.clone();
+        tokio::spawn(async move { send(&r, request("/multi", &k, &[])).await })
+    };
+    paused.await;
+    let started = std::time::Instant::now();
+    let dup = send(&h.router, request("/multi", &k, &[])).await;
+    assert_eq!(dup.status, 409, "{}", String::from_utf8_lossy(&dup.body));
+    // The phase stays open until the gate opens: only a bounded wait ends before it.
+    let waited = started.elapsed();
+    assert!(waited >= S::OPEN_PHASE_WAIT, "{waited:?}");
+    assert!(
+        waited < S::OPEN_PHASE_WAIT + Duration::from_secs(1),
+        "{waited:?}"
+    );
+    h.app.gate.notify_one();
+    assert_eq!(owner.await.unwrap().status, 201);
+    assert_eq!(h.app.store.rows(&k).await, 1);
+}
+
+/// A `COMMIT` or `ROLLBACK` run behind the `Tx`'s back is refused at `Tx::commit`: a `500`,
+/// nothing stored, the key not released (the record is as the database holds it), and the
+/// pool's connections keep working.
+async fn a_transaction_ended_behind_the_tx_is_refused<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    for (place, end) in [
+        ("first", "COMMIT"),
+        ("first", "ROLLBACK"),
+        ("later", "COMMIT"),
+        ("later", "ROLLBACK"),
+    ] {
+        if place == "first" && !S::GUARDS_FIRST_PHASE {
+            continue;
+        }
+        let k = key();
+        let a = send(
+            &h.router,
+            request("/ends_itself", &k, &[("x-end", end), ("x-where", place)]),
+        )
+        .await;
+        let text = String::from_utf8_lossy(&a.body).into_owned();
+        assert_eq!(a.status, 500, "{place} {end}: {text}");
+        let problem: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(
+            problem["code"], "idempotency_handler_misuse",
+            "{place} {end}"
+        );
+        assert_eq!(problem["retryable"], false);
+        assert!(text.contains("the key was not released"), "{text}");
+        let rec = h.app.store.get(&rid(&k)).await.unwrap();
+        // What the handler's own statement committed stays; nothing after it is recorded.
+        let (rows, state, rp) = match (place, end) {
+            ("first", "COMMIT") => (1, Some("in_flight"), false),
+            ("first", _) => (0, None, false),
+            ("later", "COMMIT") => (2, Some("in_flight"), true),
+            _ => (1, Some("in_flight"), true),
+        };
+        assert_eq!(h.app.store.rows(&k).await, rows, "{place} {end}");
+        assert_eq!(rec.as_ref().map(|r| r.state_name()), state, "{place} {end}");
+        if let Some(rec) = rec {
+            let step: Option<Step> = rec
+                .recovery_point()
+                .map(|p| serde_json::from_str(p).unwrap());
+            assert_eq!(step.is_some(), rp, "{place} {end}: {step:?}");
+        }
+        // Every pooled connection still works.
+        for _ in 0..12 {
+            let k = key();
+            assert_eq!(
+                send(&h.router, request("/single", &k, &[])).await.status,
+                201
+            );
+            assert_eq!(h.app.store.rows(&k).await, 1);
+        }
+    }
+}
+
 macro_rules! suite {
     ($module:ident, $store:ty) => {
         mod $module {
@@ -763,6 +1111,30 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_takeover_resumes_with_its_step() {
                 super::a_takeover_resumes_with_its_step::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_later_phase_failure_is_retryable_and_resumes() {
+                super::a_later_phase_failure_is_retryable_and_resumes::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_transaction_ended_behind_the_tx_is_refused() {
+                super::a_transaction_ended_behind_the_tx_is_refused::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_failed_first_phase_leaves_nothing() {
+                super::a_failed_first_phase_leaves_nothing::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_fenced_completion_commits_nothing() {
+                super::a_fenced_completion_commits_nothing::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_takeover_waits_for_an_open_phase() {
+                super::a_takeover_waits_for_an_open_phase::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_duplicate_during_a_later_phase_is_in_flight_at_once() {
+                super::a_duplicate_during_a_later_phase_is_in_flight_at_once::<$store>().await;
             }
         }
     };

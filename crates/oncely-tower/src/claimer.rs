@@ -10,7 +10,7 @@
 //! may still do with the record.
 
 use async_trait::async_trait;
-use oncely_core::{ClaimOutcome, ClaimRequest, KeyStore, StoreError};
+use oncely_core::{ClaimOutcome, ClaimRequest, KeyStore, Problem, StoreError};
 use std::fmt;
 use std::sync::Arc;
 
@@ -80,6 +80,19 @@ pub trait ClaimProgress: Send + Sync + 'static {
     /// single-phase request never starts a heartbeat at all. The default runs it at once.
     fn on_first_commit(&self, start: Box<dyn FnOnce() + Send>) {
         start();
+    }
+    /// The answer to send instead of the handler's when the handler returned without
+    /// completing the record, asked after the layer ended the claim as the table above says:
+    /// `Some((problem, retry_after_secs))` is rendered in the layer's dialect (problem+json,
+    /// or a gRPC status), `None` (the default) sends the handler's response. `extensions` are
+    /// the handler's response's.
+    ///
+    /// `oncely-sqlx` uses it so that a phase that failed after an earlier phase committed
+    /// answers what is true (the request stopped at its recovery point, and a retry with the
+    /// same key resumes there) rather than the "nothing was committed" its error alone says.
+    fn unfinished_answer(&self, extensions: &http::Extensions) -> Option<(Problem, Option<u64>)> {
+        let _ = extensions;
+        None
     }
 }
 

@@ -879,7 +879,9 @@ where
         .effective_status(parts.status, &parts.headers, &[]);
     if let Some(progress) = &ctx.progress {
         heartbeat.stop().await;
-        if let Some(replaced) = transactional_end(config, ctx, progress.as_ref(), status).await {
+        if let Some(replaced) =
+            transactional_end(config, ctx, progress.as_ref(), status, &parts.extensions).await
+        {
             return Ok(replaced);
         }
         return Ok(Response::from_parts(parts, body));
@@ -950,12 +952,14 @@ where
 /// claim that no transaction completed does not stay locked (see [`ClaimProgress`]).
 ///
 /// Returns the response to send instead of the handler's when the handler's answer would be
-/// a lie: a success from a handler that never committed (its writes were rolled back).
+/// a lie: a success from a handler that never committed (its writes were rolled back), or
+/// whatever the claim's progress answers instead ([`ClaimProgress::unfinished_answer`]).
 async fn transactional_end(
     config: &Config,
     ctx: &IdempotencyContext,
     progress: &dyn ClaimProgress,
     status: http::StatusCode,
+    extensions: &http::Extensions,
 ) -> Option<Response<Body>> {
     if progress.completed() {
         return None;
@@ -971,6 +975,9 @@ async fn transactional_end(
         suspend(config, ctx).await;
     } else {
         release(config, ctx).await;
+    }
+    if let Some((p, retry_after)) = progress.unfinished_answer(extensions) {
+        return Some(config.dialect.render(&p, retry_after));
     }
     lost_writes.then(|| {
         let p = Problem::from_code(

@@ -4,7 +4,7 @@
 use super::db::Db;
 use super::store::Opened;
 use anyhow::{Context as _, Result};
-use oncely_core::jobs::{CompleterCounters, CompleterReport};
+use oncely_core::jobs::{CompleterCounters, CompleterReport, ReaperCounters};
 use oncely_core::{KeyStore, Policy};
 use oncely_tower::Metrics;
 use serde_json::Value;
@@ -28,9 +28,7 @@ struct Inner {
     metrics: Arc<Metrics>,
     drain: Option<oncely_tower::Drain>,
     payments_created: AtomicU64,
-    reaped: AtomicU64,
-    orphaned: AtomicU64,
-    marked: AtomicU64,
+    reaper: OnceLock<Arc<ReaperCounters>>,
     completer: OnceLock<Arc<CompleterCounters>>,
 }
 
@@ -79,9 +77,7 @@ impl App {
                 metrics,
                 drain,
                 payments_created: AtomicU64::new(0),
-                reaped: AtomicU64::new(0),
-                orphaned: AtomicU64::new(0),
-                marked: AtomicU64::new(0),
+                reaper: OnceLock::new(),
                 completer: OnceLock::new(),
             }),
         })
@@ -114,11 +110,17 @@ impl App {
 
     /// What this process counted so far.
     pub fn counts(&self) -> Counts {
+        let reaper = self
+            .inner
+            .reaper
+            .get()
+            .map(|c| c.snapshot())
+            .unwrap_or_default();
         Counts {
             payments_created: self.inner.payments_created.load(Ordering::Relaxed),
-            reaped: self.inner.reaped.load(Ordering::Relaxed),
-            orphaned: self.inner.orphaned.load(Ordering::Relaxed),
-            marked: self.inner.marked.load(Ordering::Relaxed),
+            reaped: reaper.deleted,
+            orphaned: reaper.orphaned,
+            marked: reaper.marked,
             completer: self
                 .inner
                 .completer
@@ -166,41 +168,14 @@ impl App {
         Ok((status, body))
     }
 
-    /// Runs the reaper in this process every `every` (the first pass after one `every`),
-    /// counting what it deletes for `/metrics`, and how many records are marked for a person
-    /// (each pass logs every one of them).
-    ///
-    /// Not [`oncely_core::jobs::Reaper`]: that one runs a pass at start and reports its totals
-    /// only when it stops, while `/metrics` shows them as they grow.
+    /// Runs the reaper in this process ([`oncely_core::jobs::Reaper`]: a pass at start, then
+    /// every `every`, in batches of 1,000), its running totals shown in `/metrics`: records
+    /// deleted and orphaned, and how many records are marked for a person (each pass logs
+    /// every one of them). It runs until the process ends. Call it once (a second reaper's
+    /// totals would not be shown).
     pub fn spawn_reaper(&self, every: Duration) {
-        let app = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                match oncely_core::jobs::reap_all(
-                    &*app.inner.store,
-                    1000,
-                    oncely_core::jobs::DEFAULT_REAP_PAUSE,
-                )
-                .await
-                {
-                    Ok(r) => {
-                        app.inner.reaped.fetch_add(r.deleted, Ordering::Relaxed);
-                        app.inner.orphaned.fetch_add(r.orphaned, Ordering::Relaxed);
-                        app.inner.marked.store(r.marked, Ordering::Relaxed);
-                        if r.deleted > 0 {
-                            tracing::info!(
-                                deleted = r.deleted,
-                                orphaned = r.orphaned,
-                                "reaped records past retention"
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the reaper could not reach the key store")
-                    }
-                }
-            }
-        });
+        let reaper = oncely_core::jobs::Reaper::new(self.inner.store.clone(), every, 1000);
+        let _ = self.inner.reaper.set(reaper.counters());
+        reaper.spawn(std::future::pending());
     }
 }

@@ -69,7 +69,7 @@ impl PaymentStep {
         (status = 402, description = "`card_declined`: stored and replayed like a success.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
         (status = 415, description = "`unsupported_media_type`: send `Content-Type: application/json` (uncompressed).", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
         (status = 422, description = "`validation_failed` (nothing executed; correct and retry with the same key) or `database_refused` (the database refused a value for good; nothing was committed).", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
-        (status = 503, description = "`upstream_unavailable`, `database_unavailable` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
+        (status = 503, description = "`upstream_unavailable`, `request_suspended`, `database_unavailable` or `unavailable`: nothing ran, or the request stopped at a recovery point; retry with the same key.", content_type = "application/problem+json", body = oncely_tower::openapi::ProblemSchema),
     ))]
 pub async fn create_payment<S>(
     State(app): State<App>,
@@ -125,8 +125,16 @@ impl PaymentAnswers for JsonAnswers {
     }
 }
 
-/// How far a payment got, by what its row shows (a step whose writes a split store's crash
-/// lost counts as not done).
+/// How far a payment got, by what its row shows, not by its [`PaymentStep`].
+///
+/// The step alone is exact only where it commits with the writes (SQLite, PostgreSQL). On a
+/// split store ([`oncely_sqlx::Split`]: keys in memory or Redis, the payment in SQLite) the
+/// step is the *intent*, recorded before the business commit: after a crash between the two,
+/// the step says `Charged` while the charge write is lost, and trusting it would send a receipt
+/// for an uncharged payment. The row is the truth on every store (a write a crash lost counts
+/// as not done), and reading it costs nothing extra: a resumed request reads it anyway, to
+/// answer with the payment. It also knows what no step carries: a decline committed to the
+/// row whose stored answer a split store's crash lost.
 fn done(payment: Option<&Payment>) -> u8 {
     match payment {
         None => 0,
