@@ -44,3 +44,4 @@ pub use phase::Phase;
 pub use store::{
     ACQUIRE_TIMEOUT, BUSY_TIMEOUT, MAX_CONNECTIONS, SqliteStore, SqliteStoreError, connect_options,
 };
+pub use within::LEASE_SLACK;

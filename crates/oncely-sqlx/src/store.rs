@@ -53,6 +53,33 @@ pub trait SqlStore: KeyStore + Clone {
         req: &ClaimRequest,
     ) -> Result<Option<ClaimOutcome>, StoreError>;
 
+    /// The claim of [`TransactionalClaimer`](crate::TransactionalClaimer): answers without a
+    /// write transaction when the shared rule needs no write, else begins the transaction and
+    /// claims in it. Returns the outcome and, exactly when it is [`ClaimOutcome::Claimed`], the
+    /// open transaction holding the claim. The default runs
+    /// [`answer_without_lock`](SqlStore::answer_without_lock), [`begin`](SqlStore::begin) and
+    /// [`claim_in`](SqlStore::claim_in); SQLite's does the same on one connection in two hops
+    /// to its worker thread (`SqliteStore::claim_tx`).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] or [`StoreError::Corrupt`].
+    async fn claim_tx(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, Self::Database>>), StoreError> {
+        if let Some(answer) = self.answer_without_lock(req).await? {
+            return Ok((answer, None));
+        }
+        let mut tx = self.begin().await?;
+        let outcome = self.claim_in(&mut tx, req).await?;
+        match outcome {
+            ClaimOutcome::Claimed(_) => Ok((outcome, Some(tx))),
+            // Nothing was written: dropping `tx` rolls the empty transaction back.
+            other => Ok((other, None)),
+        }
+    }
+
     /// Claims inside the caller's transaction (see the stores' `claim_in`).
     ///
     /// # Errors
@@ -108,10 +135,11 @@ pub trait SqlStore: KeyStore + Clone {
 
 /// Implements [`SqlStore`] by delegating to the store's inherent `*_in` methods.
 macro_rules! delegate {
-    ($store:ty, $db:ty) => {
+    ($store:ty, $db:ty $(, $extra:item)*) => {
         #[async_trait]
         impl SqlStore for $store {
             type Database = $db;
+            $($extra)*
 
             async fn begin(&self) -> Result<Transaction<'static, $db>, StoreError> {
                 self.begin_tx().await
@@ -168,6 +196,15 @@ macro_rules! delegate {
 }
 
 #[cfg(feature = "sqlite")]
-delegate!(oncely_sqlite::SqliteStore, sqlx::Sqlite);
+delegate!(
+    oncely_sqlite::SqliteStore,
+    sqlx::Sqlite,
+    async fn claim_tx(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, sqlx::Sqlite>>), StoreError> {
+        oncely_sqlite::SqliteStore::claim_tx(self, req).await
+    }
+);
 #[cfg(feature = "postgres")]
 delegate!(oncely_postgres::PostgresStore, sqlx::Postgres);
