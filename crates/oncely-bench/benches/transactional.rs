@@ -208,12 +208,16 @@ fn report(db: Db, concurrency: usize, n: usize, rounds: &[Round]) {
 
 /// The transaction control sqlx sends without logging it, by construction: `BEGIN` (both
 /// databases), SQLite's `COMMIT`, and the `ROLLBACK` sqlx queues when a PostgreSQL transaction
-/// is dropped (the layer's replay), which goes out with the connection's next statement.
+/// is dropped (the layer's replay), which goes out with the connection's next statement. The
+/// SQLite layer's `BEGIN IMMEDIATE` rides in its first logged statement (the lock-free read,
+/// then the write lock and the claim, in one hop); what sqlx sends unlogged instead is the
+/// `SAVEPOINT` that hands that transaction to sqlx's bookkeeping.
 fn unlogged(db: Db, variant: &str) -> (&'static str, usize, usize) {
     match (db, variant) {
         (Db::Postgres, "layer replay") => ("BEGIN; ROLLBACK (queued on drop)", 2, 0),
         (Db::Postgres, _) => ("BEGIN", 1, 0),
         (Db::Sqlite, "layer replay") => ("", 0, 0),
+        (Db::Sqlite, "layer") => ("SAVEPOINT oncely_claim; COMMIT", 2, 1),
         (Db::Sqlite, _) => ("BEGIN IMMEDIATE; COMMIT", 2, 1),
     }
 }

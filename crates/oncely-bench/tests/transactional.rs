@@ -13,8 +13,16 @@ use oncely_bench::transactional::{Bench, Db, Variant, count};
 
 const N: usize = 6;
 
+/// The statements of requests among `seen`: all but the settings sqlx sends when the pool opens
+/// a new connection (`PRAGMA ...`).
+fn statements(seen: &[String]) -> usize {
+    seen.iter().filter(|s| !s.starts_with("PRAGMA")).count()
+}
+
 async fn check(bench: &Bench) {
     let db = bench.db.name();
+    // Statements per (variant, concurrency), for the comparison below.
+    let mut sent = std::collections::BTreeMap::new();
     for v in Variant::ALL {
         for concurrency in [1, 3] {
             let prefix = run_prefix();
@@ -38,6 +46,7 @@ async fn check(bench: &Bench) {
                 "{db} {}: one order insert per request",
                 v.name()
             );
+            sent.insert((v.name(), concurrency), statements(&seen));
             if bench.db == Db::Postgres {
                 // sqlx logs PostgreSQL's COMMIT (not SQLite's): one per request.
                 assert_eq!(count::commits(&seen), N, "{db} {}: commits", v.name());
@@ -51,6 +60,16 @@ async fn check(bench: &Bench) {
                     .unwrap_or_else(|e| panic!("{db} replay: {e}"));
                 let seen = count::stop();
                 assert_eq!(count::commits(&seen), 0, "{db} replay: no commit");
+                if bench.db == Db::Sqlite {
+                    // One statement per replay: the lock-free read (the claim's first hop,
+                    // which stops at the record's row).
+                    assert_eq!(statements(&seen), N, "{db} replay statements: {seen:?}");
+                    assert!(
+                        seen.iter()
+                            .all(|s| s.starts_with("SELECT") || s.starts_with("PRAGMA")),
+                        "{seen:?}"
+                    );
+                }
                 assert!(
                     !seen
                         .iter()
@@ -62,6 +81,20 @@ async fn check(bench: &Bench) {
                     .await
                     .unwrap_or_else(|e| panic!("{db} after replays: {e}"));
             }
+        }
+    }
+    if bench.db == Db::Sqlite {
+        for concurrency in [1, 3] {
+            // The first execution goes to the database in as many statements as the floor:
+            // the read, `BEGIN IMMEDIATE` and the claim in one, the order, the completion (sqlx
+            // logs neither the floor's `BEGIN IMMEDIATE` nor the layer's adoption of its
+            // transaction, nor `COMMIT`).
+            assert_eq!(sent[&("floor", concurrency)], 3 * N, "{db} floor");
+            assert_eq!(
+                sent[&("layer", concurrency)],
+                sent[&("floor", concurrency)],
+                "{db} layer against the floor at concurrency {concurrency}"
+            );
         }
     }
 }

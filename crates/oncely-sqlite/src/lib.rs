@@ -43,3 +43,4 @@ mod within;
 pub use store::{
     ACQUIRE_TIMEOUT, BUSY_TIMEOUT, MAX_CONNECTIONS, SqliteStore, SqliteStoreError, connect_options,
 };
+pub use within::LEASE_SLACK;

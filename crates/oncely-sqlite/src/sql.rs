@@ -18,14 +18,42 @@ pub(crate) const SELECT_ONE: &str = concat!(
     " FROM oncely_idempotency_keys WHERE scope = ?1 AND key = ?2"
 );
 
+/// [`INSERT_CLAIM`]'s text (a macro, so that [`READ_THEN_CLAIM`] can include it).
+macro_rules! insert_claim {
+    () => {
+        "INSERT INTO oncely_idempotency_keys \
+         (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, \
+          recovery_point, created_at, expires_at, request) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'in_flight', ?6, NULL, ?7, ?8, ?9) \
+         ON CONFLICT (scope, key) DO NOTHING"
+    };
+}
 /// The claim of an absent key: the primary key arbitrates, a conflict inserts nothing (and is the
 /// normal "record exists" path, never an error). `?1` scope, `?2` key, `?3` fingerprint version,
 /// `?4` digest, `?5` token, `?6` lease expiry, `?7` created at, `?8` expires at, `?9` request.
-pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
-     (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, \
-      recovery_point, created_at, expires_at, request) \
-     VALUES (?1, ?2, ?3, ?4, ?5, 'in_flight', ?6, NULL, ?7, ?8, ?9) \
-     ON CONFLICT (scope, key) DO NOTHING";
+pub(crate) const INSERT_CLAIM: &str = insert_claim!();
+
+/// The first hop of a transactional claim ([`crate::SqliteStore::claim_tx`]), three statements
+/// sent to the connection's worker thread at once: the plain read of the record ([`SELECT_ONE`],
+/// in autocommit: it takes no lock), then `BEGIN IMMEDIATE` and the claim's insert
+/// ([`INSERT_CLAIM`], returning the token it wrote). Run with `fetch_optional`, which stops at
+/// the first row: when the record exists its row is that first row and neither `BEGIN
+/// IMMEDIATE` nor the insert runs, so a replay never queues for the write lock. The parameters
+/// are [`INSERT_CLAIM`]'s (the read uses `?1` scope and `?2` key).
+pub(crate) const READ_THEN_CLAIM: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE scope = ?1 AND key = ?2; BEGIN IMMEDIATE; ",
+    insert_claim!(),
+    " RETURNING token"
+);
+
+/// Hands a transaction that [`READ_THEN_CLAIM`] opened to sqlx's transaction bookkeeping (sqlx
+/// runs a custom begin statement and checks that a transaction is then open; this one opens
+/// nothing new). sqlx's commit and rollback then end the whole transaction.
+/// The savepoint is also the transaction's guard (`oncely_sqlx`'s `still_open`: a `COMMIT` run
+/// behind the phase's back removes it), the one [`BEGIN_GUARDED`] opens.
+pub(crate) const ADOPT_TRANSACTION: &str = "SAVEPOINT oncely_tx";
 
 /// The claim of an existing key that [`oncely_core::decide`] granted (takeover, released, or past
 /// the replay window), conditional on the token that was read. `?1` fingerprint version, `?2`
@@ -120,3 +148,8 @@ pub(crate) const LIST_MARKED: &str = concat!(
 /// transaction's read-to-write upgrade (which fails at once with `SQLITE_BUSY_SNAPSHOT` in WAL
 /// mode) never happens.
 pub(crate) const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
+
+/// A phase's transaction: the write lock at once, and the savepoint `oncely_tx` that tells
+/// later whether the transaction is still this one (see [`ADOPT_TRANSACTION`]); one statement,
+/// one hop to the connection's thread.
+pub(crate) const BEGIN_GUARDED: &str = "BEGIN IMMEDIATE; SAVEPOINT oncely_tx";

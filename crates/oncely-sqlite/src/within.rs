@@ -9,15 +9,18 @@
 //! writer change the record between this transaction's read and its write.
 
 use crate::error::map_sqlx;
+use crate::row::decode_record;
 use crate::sql;
 use crate::store::{SqliteStore, SqliteStoreError};
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, FencingToken, RecordKey, StoreError, StoredResponse, UnixMillis,
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, StoreError,
+    StoredRequest, StoredResponse, UnixMillis, decide,
 };
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Row, SqlSafeStr, Sqlite, Transaction};
 use std::time::Duration;
 
 /// How many rounds [`SqliteStore::claim_in`] makes (inside `BEGIN IMMEDIATE` one always
@@ -29,6 +32,54 @@ fn fenced_unless_one(rows: u64) -> Result<(), StoreError> {
         Ok(())
     } else {
         Err(StoreError::Fenced)
+    }
+}
+
+/// How long a claim may wait for SQLite's write lock before [`SqliteStore::claim_tx`] renews
+/// the lease it computed before the wait (100 milliseconds).
+pub const LEASE_SLACK: Duration = Duration::from_millis(100);
+
+/// The outcome with the transaction when it is a claim; otherwise the outcome alone (the
+/// transaction wrote nothing and rolls back on drop).
+fn claimed_with(
+    outcome: ClaimOutcome,
+    tx: Transaction<'static, Sqlite>,
+) -> (ClaimOutcome, Option<Transaction<'static, Sqlite>>) {
+    match outcome {
+        ClaimOutcome::Claimed(_) => (outcome, Some(tx)),
+        other => (other, None),
+    }
+}
+
+/// A pooled connection that may hold a transaction sqlx does not know of: dropped armed, it is
+/// closed (SQLite rolls the transaction back) instead of returned to the pool.
+struct CloseUnlessDisarmed(Option<PoolConnection<Sqlite>>);
+
+impl CloseUnlessDisarmed {
+    fn conn(&mut self) -> &mut PoolConnection<Sqlite> {
+        self.0.as_mut().expect("the connection until disarmed")
+    }
+
+    /// The connection, known to hold no transaction.
+    fn disarm(mut self) -> PoolConnection<Sqlite> {
+        self.0.take().expect("the connection until disarmed")
+    }
+
+    /// Hands the transaction [`sql::READ_THEN_CLAIM`] opened to sqlx.
+    async fn adopt(mut self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        let conn = self.0.take().expect("the connection until disarmed");
+        // If this fails or is dropped, sqlx's `Transaction` rolls back (it believes one open).
+        Transaction::begin(conn, Some(sql::ADOPT_TRANSACTION.into_sql_str()))
+            .await
+            .map_err(map_sqlx)
+    }
+}
+
+impl Drop for CloseUnlessDisarmed {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
     }
 }
 
@@ -48,9 +99,106 @@ impl SqliteStore {
         self.answer_from_snapshot(req).await
     }
 
+    /// A transactional claim in as few hops to the connection's worker thread as the
+    /// hand-written minimum: one connection; first the plain read of the record, then (only if
+    /// there is none) `BEGIN IMMEDIATE` and the claim's insert, all sent at once
+    /// ([`sql::READ_THEN_CLAIM`]). Returns the outcome and, when it is
+    /// [`ClaimOutcome::Claimed`], the open transaction that holds the claim (commit it with the
+    /// business writes; dropping it rolls the claim back).
+    ///
+    /// - The key has a record: its row comes back from the read, which takes no lock (WAL
+    ///   readers never wait for the writer), and [`decide`](oncely_core::decide) answers from it
+    ///   (replay, mismatch, in flight) without a write transaction ever being opened. When it
+    ///   grants a claim instead (a takeover, a released key, past the replay window), the claim
+    ///   is made by [`SqliteStore::claim_in`] inside `BEGIN IMMEDIATE` on the same connection.
+    /// - The key is absent: the insert runs under the write lock (`BEGIN IMMEDIATE` waits up to
+    ///   [`BUSY_TIMEOUT`](crate::BUSY_TIMEOUT) for it); if another claim committed the key in
+    ///   between, the insert writes nothing and [`SqliteStore::claim_in`] decides on that record
+    ///   under the lock.
+    ///
+    /// "Now" is read before the write lock is waited for; a claim that waited longer than
+    /// [`LEASE_SLACK`] renews its lease in the same transaction, so the lease always runs
+    /// from when the claim took effect.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when no connection or lock could be had in time or the
+    /// database failed (the connection is then closed, never returned to the pool with a
+    /// transaction open); [`StoreError::Corrupt`] when the record cannot be decoded.
+    pub async fn claim_tx(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, Sqlite>>), StoreError> {
+        let conn = self.pool().acquire().await.map_err(map_sqlx)?;
+        // Until sqlx's bookkeeping holds the transaction, a connection that may have one open
+        // (an error, or this future dropped mid-way) is closed rather than pooled.
+        let mut guard = CloseUnlessDisarmed(Some(conn));
+        let now = self.clock().now_millis();
+        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
+        let expires_at = now.saturating_add(duration_millis(req.retention));
+        let request = req.request.as_ref().map(StoredRequest::encode);
+        let first = FencingToken(1);
+        let row = sqlx::query::<Sqlite>(sql::READ_THEN_CLAIM)
+            .bind(req.id.scope.as_str())
+            .bind(req.id.key.as_str())
+            .bind(i64::from(req.fingerprint.version()))
+            .bind(&req.fingerprint.digest()[..])
+            .bind(first.0)
+            .bind(lease_expires_at)
+            .bind(now)
+            .bind(expires_at)
+            .bind(request.as_deref())
+            .fetch_optional(&mut **guard.conn())
+            .await
+            .map_err(map_sqlx)?;
+        match row {
+            // The record's row (the read's columns): nothing but the read ran.
+            Some(row) if row.len() > 1 => {
+                let conn = guard.disarm();
+                let existing = decode_record(&row)?;
+                match decide(Some(&existing), req, now) {
+                    Decision::Answer(answer) => Ok((answer, None)),
+                    Decision::Claim { .. } => {
+                        let mut tx =
+                            Transaction::begin(conn, Some(sql::BEGIN_GUARDED.into_sql_str()))
+                                .await
+                                .map_err(map_sqlx)?;
+                        let outcome = self.claim_in(&mut tx, req).await?;
+                        Ok(claimed_with(outcome, tx))
+                    }
+                }
+            }
+            // The insert's `RETURNING token`: the key was absent and is claimed.
+            Some(_) => {
+                let mut tx = guard.adopt().await?;
+                let mut claim = Claim {
+                    token: first,
+                    lease_expires_at,
+                    recovery_point: None,
+                    kind: ClaimKind::New,
+                };
+                let took_effect = self.clock().now_millis();
+                if took_effect.saturating_sub(now) > duration_millis(LEASE_SLACK) {
+                    claim.lease_expires_at =
+                        self.renew_in(&mut tx, &req.id, first, req.lease).await?;
+                }
+                Ok((ClaimOutcome::Claimed(claim), Some(tx)))
+            }
+            // The insert wrote nothing: another claim committed the key between the read and
+            // the write lock. Decide on its record, under the lock.
+            None => {
+                let mut tx = guard.adopt().await?;
+                let outcome = self.claim_in(&mut tx, req).await?;
+                Ok(claimed_with(outcome, tx))
+            }
+        }
+    }
+
     /// Begins a transaction with `BEGIN IMMEDIATE`: it takes SQLite's single write lock at once
     /// (waiting up to [`BUSY_TIMEOUT`](crate::BUSY_TIMEOUT), 5 seconds), so no other writer can
-    /// interleave with the claim or the phase that runs in it.
+    /// interleave with the claim or the phase that runs in it. The same statement opens the
+    /// savepoint `oncely_tx`, by which `oncely_sqlx` tells whether the transaction ended behind
+    /// a phase's back (one hop to the connection's thread for both).
     ///
     /// # Errors
     ///
@@ -58,7 +206,7 @@ impl SqliteStore {
     /// database failed.
     pub async fn begin_tx(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         self.pool()
-            .begin_with(sql::BEGIN_IMMEDIATE)
+            .begin_with(sql::BEGIN_GUARDED)
             .await
             .map_err(map_sqlx)
     }

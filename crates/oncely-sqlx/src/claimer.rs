@@ -56,13 +56,9 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
         req: ClaimRequest,
         extensions: &mut http::Extensions,
     ) -> Result<(ClaimOutcome, Option<Arc<dyn ClaimProgress>>), StoreError> {
-        if let Some(answer) = self.store.answer_without_lock(&req).await? {
-            return Ok((answer, None));
-        }
-        let mut tx = self.store.begin().await?;
-        let outcome = self.store.claim_in(&mut tx, &req).await?;
-        let ClaimOutcome::Claimed(claim) = &outcome else {
-            // Nothing was written: dropping `tx` rolls the empty transaction back.
+        let (outcome, tx) = self.store.claim_tx(&req).await?;
+        let (ClaimOutcome::Claimed(claim), Some(mut tx)) = (&outcome, tx) else {
+            // Nothing was written (an answer comes without a transaction).
             return Ok((outcome, None));
         };
         self.store.mark_open(&mut tx).await?;

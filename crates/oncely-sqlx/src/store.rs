@@ -53,6 +53,33 @@ pub trait SqlStore: KeyStore + Clone {
         req: &ClaimRequest,
     ) -> Result<Option<ClaimOutcome>, StoreError>;
 
+    /// The claim of [`TransactionalClaimer`](crate::TransactionalClaimer): answers without a
+    /// write transaction when the shared rule needs no write, else begins the transaction and
+    /// claims in it. Returns the outcome and, exactly when it is [`ClaimOutcome::Claimed`], the
+    /// open transaction holding the claim. The default runs
+    /// [`answer_without_lock`](SqlStore::answer_without_lock), [`begin`](SqlStore::begin) and
+    /// [`claim_in`](SqlStore::claim_in); SQLite's does the same on one connection in two hops
+    /// to its worker thread (`SqliteStore::claim_tx`).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] or [`StoreError::Corrupt`].
+    async fn claim_tx(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, Self::Database>>), StoreError> {
+        if let Some(answer) = self.answer_without_lock(req).await? {
+            return Ok((answer, None));
+        }
+        let mut tx = self.begin().await?;
+        let outcome = self.claim_in(&mut tx, req).await?;
+        match outcome {
+            ClaimOutcome::Claimed(_) => Ok((outcome, Some(tx))),
+            // Nothing was written: dropping `tx` rolls the empty transaction back.
+            other => Ok((other, None)),
+        }
+    }
+
     /// Claims inside the caller's transaction (see the stores' `claim_in`).
     ///
     /// # Errors
@@ -150,10 +177,11 @@ pub trait SqlStore: KeyStore + Clone {
 /// Implements [`SqlStore`] by delegating to the store's inherent `*_in` methods, and the
 /// transaction guard to `$guard` (a module with `mark_open` and `still_open`).
 macro_rules! delegate {
-    ($store:ty, $db:ty, $guard:ident) => {
+    ($store:ty, $db:ty, $guard:ident $(, $extra:item)*) => {
         #[async_trait]
         impl SqlStore for $store {
             type Database = $db;
+            $($extra)*
 
             async fn begin(&self) -> Result<Transaction<'static, $db>, StoreError> {
                 self.begin_tx().await
@@ -226,7 +254,17 @@ macro_rules! delegate {
 }
 
 #[cfg(feature = "sqlite")]
-delegate!(oncely_sqlite::SqliteStore, sqlx::Sqlite, sqlite_guard);
+delegate!(
+    oncely_sqlite::SqliteStore,
+    sqlx::Sqlite,
+    sqlite_guard,
+    async fn claim_tx(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, sqlx::Sqlite>>), StoreError> {
+        oncely_sqlite::SqliteStore::claim_tx(self, req).await
+    }
+);
 #[cfg(feature = "postgres")]
 delegate!(
     oncely_postgres::PostgresStore,
@@ -234,26 +272,29 @@ delegate!(
     postgres_guard
 );
 
-/// SQLite: a savepoint taken when the transaction opens, released before the phase records
-/// anything. After a `COMMIT` or `ROLLBACK` behind the phase's back it no longer exists.
+/// SQLite: the savepoint `oncely_tx` that every transaction of the store opens with (`BEGIN
+/// IMMEDIATE; SAVEPOINT oncely_tx` in one statement, or the claim's own hand-over), so marking
+/// it costs nothing; released before a phase records its recovery point, which tells whether
+/// it still exists: after a `COMMIT` or `ROLLBACK` behind the phase's back it does not. Like
+/// PostgreSQL's check, it is skipped on the hot path (the commit of the transaction carrying
+/// the claim), where it would be the one statement the floor does not send.
 #[cfg(feature = "sqlite")]
 mod sqlite_guard {
     use oncely_core::{RecordKey, StoreError};
     use sqlx::SqliteConnection;
 
-    pub(super) async fn mark_open(conn: &mut SqliteConnection) -> Result<(), StoreError> {
-        sqlx::query("SAVEPOINT oncely_tx")
-            .execute(conn)
-            .await
-            .map(drop)
-            .map_err(StoreError::unavailable)
+    pub(super) async fn mark_open(_conn: &mut SqliteConnection) -> Result<(), StoreError> {
+        Ok(())
     }
 
     pub(super) async fn still_open(
         conn: &mut SqliteConnection,
         _id: &RecordKey,
-        _hot: bool,
+        hot: bool,
     ) -> Result<bool, StoreError> {
+        if hot {
+            return Ok(true);
+        }
         match sqlx::query("RELEASE SAVEPOINT oncely_tx")
             .execute(&mut *conn)
             .await
