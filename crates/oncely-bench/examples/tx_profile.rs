@@ -61,7 +61,10 @@ fn main() {
         let warm = run_prefix();
         bench.drive(v, &warm, 100, 16).await.expect("warm-up");
         if replay {
-            bench.drive(v, &warm, 100, 16).await.expect("warm-up replays");
+            bench
+                .drive(v, &warm, 100, 16)
+                .await
+                .expect("warm-up replays");
         }
         let prefix = run_prefix();
         if replay {
