@@ -1,7 +1,9 @@
 //! The code behind `benches/transactional.rs`, run with tiny counts so it cannot rot: every
 //! variant answers `201`, writes one order row per request, and (floor, layer) leaves a
 //! complete record whose stored response names that order; a replay through the layer writes
-//! nothing; the layer's first execution commits once and its replay never commits. No timing.
+//! nothing; the layer's first execution commits once and its replay never commits; on
+//! PostgreSQL, the statements per request are counted (a replay is one logged statement). No
+//! timing.
 //!
 //! One test function, so the process-wide statement counter sees only its own statements.
 //! PostgreSQL runs when `ONCELY_TEST_POSTGRES_URL` (or `ONCELY_BENCH_POSTGRES_URL`) is set.
@@ -50,6 +52,16 @@ async fn check(bench: &Bench) {
             if bench.db == Db::Postgres {
                 // sqlx logs PostgreSQL's COMMIT (not SQLite's): one per request.
                 assert_eq!(count::commits(&seen), N, "{db} {}: commits", v.name());
+                // The statements sqlx logs per request (`BEGIN` is not logged): the baseline's
+                // insert and commit; the floor's and the layer's claim, insert, completion and
+                // commit (the layer's claim is one statement, as the floor's).
+                let per_request = if v == Variant::Baseline { 2 } else { 4 };
+                assert_eq!(
+                    seen.len(),
+                    N * per_request,
+                    "{db} {}: statements {seen:?}",
+                    v.name()
+                );
             }
             if v == Variant::Layer {
                 // The same keys again: replays, which neither run the handler nor commit.
@@ -69,6 +81,10 @@ async fn check(bench: &Bench) {
                             .all(|s| s.starts_with("SELECT") || s.starts_with("PRAGMA")),
                         "{seen:?}"
                     );
+                } else {
+                    // One logged statement per replay: the claim, which finds the committed
+                    // record and returns it (then the empty transaction is rolled back).
+                    assert_eq!(seen.len(), N, "{db} replay: statements {seen:?}");
                 }
                 assert!(
                     !seen

@@ -36,6 +36,29 @@ pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
     ON CONFLICT (scope, key) DO NOTHING \
     RETURNING token";
 
+/// A claim inside the caller's transaction, in one statement: [`INSERT_CLAIM`]'s insert (same
+/// parameters) and, when it inserted nothing, the existing record as this statement's snapshot
+/// sees it. Always one row: `claimed` (whether the insert won), then the record's columns
+/// ([`record_columns!`]), all `NULL` when the insert won (a data-modifying `WITH` is invisible
+/// to the rest of its statement) or when the record is not in the snapshot: the insert waited
+/// for a concurrent transaction that inserted the key and committed after this statement
+/// began, or the record was reaped in between. Then a plain [`SELECT_RECORD`], a statement of
+/// its own with a fresh snapshot, reads it. A replay of a committed record thus costs this one
+/// statement, the same round trip as a first claim.
+pub(crate) const CLAIM_OR_READ: &str = concat!(
+    "WITH ins AS (INSERT INTO oncely_idempotency_keys \
+    (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
+     created_at, expires_at) \
+    VALUES ($1, $2, $3, $4, 1, 'in_flight', $5, $6, $7, $8) \
+    ON CONFLICT (scope, key) DO NOTHING \
+    RETURNING token) \
+    SELECT EXISTS (SELECT 1 FROM ins) AS claimed, k.* FROM (VALUES (1)) AS one (x) \
+    LEFT JOIN (SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE scope = $1 AND key = $2 \
+      AND NOT EXISTS (SELECT 1 FROM ins)) AS k ON TRUE"
+);
+
 /// The guard every claim `UPDATE` carries: the row must still be exactly the version
 /// `decide()` looked at. `$3` token, `$4` state, `$5` lease expiry, `$6` completion time, `$7`
 /// recovery point, as read. Every write to a record changes at least one of them (a claim the

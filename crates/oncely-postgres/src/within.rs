@@ -16,6 +16,7 @@ use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, RecordState,
     StoreError, StoredRequest, StoredResponse, UnixMillis, decide,
 };
+use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgQueryResult};
 use std::time::Duration;
 
@@ -129,7 +130,7 @@ impl PostgresStore {
         let now = self.clock().now_millis();
         let lease_expires_at = now.saturating_add(lease_millis(req.lease));
         let expires_at = now.saturating_add(duration_millis(req.retention));
-        let inserted = sqlx::query(sql::INSERT_CLAIM)
+        let row = sqlx::query(sql::CLAIM_OR_READ)
             .bind(req.id.scope.as_str())
             .bind(req.id.key.as_str())
             .bind(i32::from(req.fingerprint.version()))
@@ -138,9 +139,9 @@ impl PostgresStore {
             .bind(request)
             .bind(now)
             .bind(expires_at)
-            .fetch_optional(&mut *conn)
+            .fetch_one(&mut *conn)
             .await?;
-        if inserted.is_some() {
+        if row.try_get::<bool, _>("claimed")? {
             return Ok(Some(ClaimOutcome::Claimed(Claim {
                 token: FencingToken(1),
                 lease_expires_at,
@@ -148,16 +149,23 @@ impl PostgresStore {
                 kind: ClaimKind::New,
             })));
         }
-        // The record exists (the normal path, case S11). Under READ COMMITTED this statement
-        // sees the latest committed version, including one committed while the insert waited.
-        let Some(row) = sqlx::query(sql::SELECT_RECORD)
-            .bind(req.id.scope.as_str())
-            .bind(req.id.key.as_str())
-            .fetch_optional(&mut *conn)
-            .await?
-        else {
-            // Deleted (reaped) in between: insert again.
-            return Ok(None);
+        // The record exists (the normal path, case S11), and the same statement read it, as
+        // committed when the statement began. A record that is not in that snapshot was
+        // committed while the insert waited for its inserter (or reaped in between): under
+        // READ COMMITTED a statement of its own sees the latest committed version.
+        let row = if row.try_get::<Option<String>, _>("scope")?.is_some() {
+            row
+        } else {
+            let Some(row) = sqlx::query(sql::SELECT_RECORD)
+                .bind(req.id.scope.as_str())
+                .bind(req.id.key.as_str())
+                .fetch_optional(&mut *conn)
+                .await?
+            else {
+                // Deleted (reaped) in between: insert again.
+                return Ok(None);
+            };
+            row
         };
         let existing = record_from_row(&row).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
         let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
