@@ -135,6 +135,12 @@ fn items_of(order: &Value) -> String {
 }
 
 /// The response every variant sends: `201`, a JSON body naming the order.
+/// The order in a request body: every variant parses it the same way (`serde_json::from_slice`
+/// on the bytes, which the floor also hashes), so the handlers differ only in idempotency.
+fn order_of(body: &[u8]) -> Option<Value> {
+    serde_json::from_slice(body).ok()
+}
+
 fn created(id: &str, order: &Value) -> (StatusCode, Json<Value>) {
     (
         StatusCode::CREATED,
@@ -201,8 +207,11 @@ const PG_FLOOR_COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'com
 async fn pg_baseline(
     State(pool): State<PgPool>,
     headers: HeaderMap,
-    Json(order): Json<Value>,
+    body: axum::body::Bytes,
 ) -> Result<Response, DbError> {
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
     let id = order_id();
     let mut tx = pool.begin().await?;
     sqlx::query(PG_INSERT_ORDER)
@@ -224,7 +233,7 @@ async fn pg_floor(
 ) -> Result<Response, DbError> {
     let key = key_of(&headers);
     let digest = Sha256::digest(&body);
-    let Ok(order) = serde_json::from_slice::<Value>(&body) else {
+    let Some(order) = order_of(&body) else {
         return Ok(StatusCode::BAD_REQUEST.into_response());
     };
     let now = now_ms();
@@ -266,10 +275,10 @@ async fn pg_floor(
     Ok(floor_reply(body))
 }
 
-async fn pg_layer(
-    mut tx: Tx<PostgresStore>,
-    Json(order): Json<Value>,
-) -> Result<Response, TxError> {
+async fn pg_layer(mut tx: Tx<PostgresStore>, body: axum::body::Bytes) -> Result<Response, TxError> {
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
     let id = order_id();
     let key = tx.id().key.as_str().to_owned();
     sqlx::query(PG_INSERT_ORDER)
@@ -306,8 +315,11 @@ const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
 async fn lite_baseline(
     State(pool): State<SqlitePool>,
     headers: HeaderMap,
-    Json(order): Json<Value>,
+    body: axum::body::Bytes,
 ) -> Result<Response, DbError> {
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
     let id = order_id();
     let mut tx = pool.begin_with(BEGIN_IMMEDIATE).await?;
     sqlx::query(LITE_INSERT_ORDER)
@@ -329,7 +341,7 @@ async fn lite_floor(
 ) -> Result<Response, DbError> {
     let key = key_of(&headers);
     let digest = Sha256::digest(&body);
-    let Ok(order) = serde_json::from_slice::<Value>(&body) else {
+    let Some(order) = order_of(&body) else {
         return Ok(StatusCode::BAD_REQUEST.into_response());
     };
     let now = now_ms();
@@ -370,10 +382,10 @@ async fn lite_floor(
     Ok(floor_reply(body))
 }
 
-async fn lite_layer(
-    mut tx: Tx<SqliteStore>,
-    Json(order): Json<Value>,
-) -> Result<Response, TxError> {
+async fn lite_layer(mut tx: Tx<SqliteStore>, body: axum::body::Bytes) -> Result<Response, TxError> {
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
     let id = order_id();
     let key = tx.id().key.as_str().to_owned();
     sqlx::query(LITE_INSERT_ORDER)
