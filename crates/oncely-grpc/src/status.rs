@@ -75,6 +75,7 @@ pub const STREAMING_UNSUPPORTED: &str = "idempotency_streaming_unsupported";
 /// One row of the status table: a machine code, its gRPC status, whether the answer carries
 /// `RetryInfo` (and is retried by the recommended A6 policy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StatusRow {
     /// The machine code, e.g. `idempotency_request_in_flight`.
     pub code: &'static str,

@@ -54,9 +54,7 @@ use std::time::Duration;
 ///     .bind("ord_1").bind(100_i64)
 ///     .execute(&mut **phase.tx()).await
 ///     .map_err(oncely_core::StoreError::unavailable)?;
-/// let response = StoredResponse {
-///     status: 201, headers: vec![], body: br#"{"id":"ord_1"}"#.to_vec(), body_retained: true, trailers: vec![],
-/// };
+/// let response = StoredResponse::new(201, vec![], br#"{"id":"ord_1"}"#.to_vec());
 /// // The order and the stored response commit together.
 /// phase.complete(response, Duration::from_secs(72 * 3600)).await?;
 /// # Ok(()) }

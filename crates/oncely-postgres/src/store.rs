@@ -234,12 +234,11 @@ impl PostgresStore {
             )
             .map_err(map)?;
             return Ok(inserted.map(|_| {
-                ClaimOutcome::Claimed(Claim {
-                    token: FencingToken(1),
+                ClaimOutcome::Claimed(Claim::new(
+                    FencingToken(1),
                     lease_expires_at,
-                    recovery_point: None,
-                    kind: ClaimKind::New,
-                })
+                    ClaimKind::New,
+                ))
             }));
         };
         let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
@@ -256,6 +255,12 @@ impl PostgresStore {
             } => (Some(*lease_expires_at), None),
             RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
             RecordState::Released => (None, None),
+            _ => {
+                return Err(StoreError::Corrupt(format!(
+                    "unknown state {}",
+                    existing.state_name()
+                )));
+            }
         };
         let old_recovery_point = existing.recovery_point();
         let guarded = |q: &'static str| {
@@ -295,12 +300,9 @@ impl PostgresStore {
         if updated.rows_affected() == 0 {
             return Ok(None);
         }
-        Ok(Some(ClaimOutcome::Claimed(Claim {
-            token,
-            lease_expires_at,
-            recovery_point,
-            kind,
-        })))
+        Ok(Some(ClaimOutcome::Claimed(
+            Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
+        )))
     }
 }
 
@@ -473,6 +475,7 @@ impl KeyStore for PostgresStore {
                 now.saturating_add(duration_millis(backoff)),
             ),
             RedriveNote::Mark => (sql::NOTE_MARK, now),
+            _ => return Err(StoreError::Fenced),
         };
         let seen = i32::try_from(attempts_seen).unwrap_or(i32::MAX);
         let row = retry_transient!(
@@ -554,13 +557,13 @@ pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
             let (headers, trailers) = StoredResponse::decode_header_fields(&headers)
                 .map_err(|e| corrupt("response_headers", e))?;
             RecordState::Complete {
-                response: StoredResponse {
-                    status: u16::try_from(status).map_err(|e| corrupt("response_status", e))?,
+                response: StoredResponse::new(
+                    u16::try_from(status).map_err(|e| corrupt("response_status", e))?,
                     headers,
-                    body: row.try_get("response_body").map_err(map)?,
-                    body_retained: row.try_get("response_body_retained").map_err(map)?,
-                    trailers,
-                },
+                    row.try_get("response_body").map_err(map)?,
+                )
+                .with_body_retained(row.try_get("response_body_retained").map_err(map)?)
+                .with_trailers(trailers),
                 completed_at: row.try_get("completed_at").map_err(map)?,
             }
         }
@@ -573,17 +576,17 @@ pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
         .transpose()
         .map_err(|e| corrupt("request", e))?;
     let redrives = redrives_from_row(row, "redrive_attempts", "redrive_next_at", "marked_at")?;
-    Ok(Record {
-        scope: Scope::new(scope),
+    Ok(Record::new(
+        Scope::new(scope),
         key,
         fingerprint,
-        token: FencingToken(row.try_get("token").map_err(map)?),
+        FencingToken(row.try_get("token").map_err(map)?),
         state,
-        created_at: row.try_get("created_at").map_err(map)?,
-        expires_at: row.try_get("expires_at").map_err(map)?,
-        request,
-        redrives,
-    })
+        row.try_get("created_at").map_err(map)?,
+        row.try_get("expires_at").map_err(map)?,
+    )
+    .with_request(request)
+    .with_redrives(redrives))
 }
 
 /// Reads the completer's three columns (by name or position).
@@ -594,9 +597,9 @@ fn redrives_from_row<I: sqlx::ColumnIndex<PgRow>>(
     marked: I,
 ) -> Result<Redrives, StoreError> {
     let n: i32 = row.try_get(attempts).map_err(map)?;
-    Ok(Redrives {
-        attempts: u32::try_from(n).map_err(|e| corrupt("redrive_attempts", e))?,
-        next_attempt_at: row.try_get(next).map_err(map)?,
-        marked_at: row.try_get(marked).map_err(map)?,
-    })
+    Ok(Redrives::new(
+        u32::try_from(n).map_err(|e| corrupt("redrive_attempts", e))?,
+        row.try_get(next).map_err(map)?,
+        row.try_get(marked).map_err(map)?,
+    ))
 }

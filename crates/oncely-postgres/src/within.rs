@@ -141,12 +141,11 @@ impl PostgresStore {
             .fetch_optional(&mut *conn)
             .await?;
         if inserted.is_some() {
-            return Ok(Some(ClaimOutcome::Claimed(Claim {
-                token: FencingToken(1),
+            return Ok(Some(ClaimOutcome::Claimed(Claim::new(
+                FencingToken(1),
                 lease_expires_at,
-                recovery_point: None,
-                kind: ClaimKind::New,
-            })));
+                ClaimKind::New,
+            ))));
         }
         // The record exists (the normal path, case S11). Under READ COMMITTED this statement
         // sees the latest committed version, including one committed while the insert waited.
@@ -174,6 +173,7 @@ impl PostgresStore {
             } => (Some(*lease_expires_at), None),
             RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
             RecordState::Released => (None, None),
+            _ => return Err(sqlx::Error::Decode("unknown record state".into())),
         };
         let guarded = |q: &'static str| {
             sqlx::query(q)
@@ -207,12 +207,9 @@ impl PostgresStore {
         if updated.rows_affected() == 0 {
             return Ok(None);
         }
-        Ok(Some(ClaimOutcome::Claimed(Claim {
-            token,
-            lease_expires_at,
-            recovery_point,
-            kind,
-        })))
+        Ok(Some(ClaimOutcome::Claimed(
+            Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
+        )))
     }
 
     /// The fencing write on `conn`: renews the lease to now plus `lease` (never less than 1

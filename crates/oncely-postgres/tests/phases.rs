@@ -74,13 +74,11 @@ async fn orders(store: &PostgresStore, id: &RecordKey) -> i64 {
 }
 
 fn created() -> StoredResponse {
-    StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), b"application/json".to_vec())],
-        body: br#"{"id":"ord_1","amount":100}"#.to_vec(),
-        body_retained: true,
-        trailers: Vec::new(),
-    }
+    StoredResponse::new(
+        201,
+        vec![("content-type".into(), b"application/json".to_vec())],
+        br#"{"id":"ord_1","amount":100}"#.to_vec(),
+    )
 }
 
 async fn crash(store: PostgresStore) {

@@ -18,13 +18,11 @@
 //!     .bind(100_i64)
 //!     .execute(&mut **phase.tx())
 //!     .await?;
-//! let response = StoredResponse {
-//!     status: 201,
-//!     headers: vec![("content-type".into(), b"application/json".to_vec())],
-//!     body: br#"{"id":"pay_1"}"#.to_vec(),
-//!     body_retained: true,
-//!     trailers: vec![],
-//! };
+//! let response = StoredResponse::new(
+//!     201,
+//!     vec![("content-type".into(), b"application/json".to_vec())],
+//!     br#"{"id":"pay_1"}"#.to_vec(),
+//! );
 //! // The payment row and the stored response commit as one unit (case S8).
 //! phase.complete(response, Duration::from_secs(72 * 3600)).await?;
 //! # Ok(())

@@ -237,13 +237,11 @@ async fn checkpoint_then_takeover_resumes_at_the_recovery_point() {
         .await
         .unwrap();
     assert_eq!(existing, 1);
-    let response = StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), b"application/json".to_vec())],
-        body: br#"{"id":"pay_multi"}"#.to_vec(),
-        body_retained: true,
-        trailers: Vec::new(),
-    };
+    let response = StoredResponse::new(
+        201,
+        vec![("content-type".into(), b"application/json".to_vec())],
+        br#"{"id":"pay_multi"}"#.to_vec(),
+    );
     last.complete(response.clone(), RETENTION).await.unwrap();
     match store.claim(claim_req(&id, "{}")).await.unwrap() {
         ClaimOutcome::Replay { response: r, .. } => assert_eq!(r, response),

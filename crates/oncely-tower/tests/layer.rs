@@ -938,12 +938,9 @@ async fn every_claim_outcome_is_mapped() {
         (got, calls.load(Ordering::SeqCst), store.writes(), seen)
     }
     let claim = |kind, rp: Option<&str>| {
-        ClaimOutcome::Claimed(Claim {
-            token: FencingToken(7),
-            lease_expires_at: 0,
-            recovery_point: rp.map(str::to_owned),
-            kind,
-        })
+        ClaimOutcome::Claimed(
+            Claim::new(FencingToken(7), 0, kind).with_recovery_point(rp.map(str::to_owned)),
+        )
     };
 
     let (got, calls, writes, seen) = run(claim(ClaimKind::New, None)).await;
@@ -972,13 +969,11 @@ async fn every_claim_outcome_is_mapped() {
     assert_eq!(got.json()["retryable"], true);
     assert_eq!(writes, vec!["claim"]);
 
-    let stored = StoredResponse {
-        status: 201,
-        headers: vec![("x-a".into(), b"1".to_vec()), ("x-a".into(), b"2".to_vec())],
-        body: b"stored".to_vec(),
-        body_retained: true,
-        trailers: Vec::new(),
-    };
+    let stored = StoredResponse::new(
+        201,
+        vec![("x-a".into(), b"1".to_vec()), ("x-a".into(), b"2".to_vec())],
+        b"stored".to_vec(),
+    );
     let (got, calls, _, _) = run(ClaimOutcome::Replay {
         response: stored.clone(),
         completed_at: 0,
@@ -995,11 +990,7 @@ async fn every_claim_outcome_is_mapped() {
     );
 
     let (got, calls, _, _) = run(ClaimOutcome::Replay {
-        response: StoredResponse {
-            body_retained: false,
-            body: Vec::new(),
-            ..stored
-        },
+        response: stored.with_body_retained(false),
         completed_at: 0,
     })
     .await;
