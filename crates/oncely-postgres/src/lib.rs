@@ -38,5 +38,6 @@ mod sql;
 mod store;
 mod within;
 
+pub use error::PostgresStoreError;
 pub use phase::Phase;
 pub use store::PostgresStore;

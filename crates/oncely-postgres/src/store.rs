@@ -1,6 +1,6 @@
 //! [`PostgresStore`]: the [`KeyStore`] implementation.
 
-use crate::error::{map, retry_transient};
+use crate::error::{PostgresStoreError, map, retry_transient};
 use crate::phase::Phase;
 use crate::sql;
 use async_trait::async_trait;
@@ -115,9 +115,11 @@ impl PostgresStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] when the URL is invalid or the database cannot be reached.
+    /// [`StoreError::Unavailable`] when the URL is invalid (wrapping
+    /// [`PostgresStoreError::InvalidUrl`]) or the database cannot be reached (wrapping the
+    /// [`sqlx::Error`]).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let mut options: PgConnectOptions = url.parse().map_err(StoreError::unavailable)?;
+        let mut options: PgConnectOptions = url.parse().map_err(PostgresStoreError::InvalidUrl)?;
         if !url.contains("lock_timeout") {
             options = options.options([(
                 "lock_timeout",
@@ -164,14 +166,15 @@ impl PostgresStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] when the database cannot be reached or a migration fails.
+    /// [`StoreError::Unavailable`] wrapping [`PostgresStoreError::Migrate`] when the database
+    /// cannot be reached or a migration fails.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mut migrator = sqlx::migrate!();
         migrator.dangerous_set_table_name(sql::MIGRATIONS_TABLE);
         migrator
             .run(&self.pool)
             .await
-            .map_err(StoreError::unavailable)
+            .map_err(|e| PostgresStoreError::Migrate(e).into())
     }
 
     /// Begins a database transaction that carries one atomic phase of the request owned by
@@ -324,15 +327,12 @@ impl KeyStore for PostgresStore {
                 return Ok(outcome);
             }
         }
-        Err(StoreError::Unavailable(
-            format!(
-                "claim of {}/{} lost {} races in a row",
-                req.id.scope,
-                req.id.key,
-                Self::MAX_CLAIM_ROUNDS
-            )
-            .into(),
-        ))
+        Err(PostgresStoreError::ClaimContention {
+            scope: req.id.scope.to_string(),
+            key: req.id.key.to_string(),
+            rounds: Self::MAX_CLAIM_ROUNDS,
+        }
+        .into())
     }
 
     async fn renew(

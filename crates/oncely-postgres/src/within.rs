@@ -109,15 +109,12 @@ impl PostgresStore {
                 Err(e) => return Err(map(e)),
             }
         }
-        Err(StoreError::Unavailable(
-            format!(
-                "claim of {}/{} lost {} races in a row",
-                req.id.scope,
-                req.id.key,
-                Self::MAX_CLAIM_ROUNDS
-            )
-            .into(),
-        ))
+        Err(crate::PostgresStoreError::ClaimContention {
+            scope: req.id.scope.to_string(),
+            key: req.id.key.to_string(),
+            rounds: Self::MAX_CLAIM_ROUNDS,
+        }
+        .into())
     }
 
     async fn claim_round_in(

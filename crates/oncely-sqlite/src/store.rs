@@ -92,6 +92,13 @@ pub enum SqliteStoreError {
     ClaimContention(usize),
 }
 
+impl From<SqliteStoreError> for StoreError {
+    /// Every [`SqliteStoreError`] is [`StoreError::Unavailable`].
+    fn from(e: SqliteStoreError) -> Self {
+        StoreError::unavailable(e)
+    }
+}
+
 /// The SQLite [`KeyStore`]: Oncely's embedded default.
 ///
 /// One table, `oncely_idempotency_keys`, with `PRIMARY KEY (scope, key)`; its schema ships in the
