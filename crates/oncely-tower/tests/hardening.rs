@@ -54,10 +54,7 @@ fn layer(
 ) -> IdempotencyLayer {
     IdempotencyLayer::new(store)
         .with_clock(clock)
-        .with_policy(Policy {
-            in_flight,
-            ..Policy::default()
-        })
+        .with_policy(Policy::default().with_in_flight(in_flight))
 }
 
 #[tokio::test(start_paused = true)]
