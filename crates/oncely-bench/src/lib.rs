@@ -111,35 +111,32 @@ pub async fn open(backend: Backend) -> Result<Opened, String> {
 ///
 /// When `key` is not a valid `Idempotency-Key` (1-255 visible ASCII characters).
 pub fn claim_request(key: &str) -> ClaimRequest {
-    ClaimRequest {
-        id: RecordKey::new(
+    ClaimRequest::new(
+        RecordKey::new(
             Scope::new("acct_bench"),
             IdempotencyKey::new(key).expect("a valid key"),
         ),
-        fingerprint: Fingerprint::from_parts(1, [7; 32]),
-        lease: Duration::from_secs(30),
-        replay_window: Duration::from_secs(86_400),
-        retention: Duration::from_secs(259_200),
-        request: None,
-    }
+        Fingerprint::from_parts(1, [7; 32]),
+        Duration::from_secs(30),
+        Duration::from_secs(86_400),
+        Duration::from_secs(259_200),
+    )
 }
 
 /// A typical stored response: `201 Created`, a content type and location header, and a body of
 /// `body_len` bytes.
 pub fn response(body_len: usize) -> StoredResponse {
-    StoredResponse {
-        status: 201,
-        headers: vec![
+    StoredResponse::new(
+        201,
+        vec![
             ("content-type".to_owned(), b"application/json".to_vec()),
             (
                 "location".to_owned(),
                 b"/v1/orders/ord_0190f3c27b1e".to_vec(),
             ),
         ],
-        body: vec![b'x'; body_len],
-        body_retained: true,
-        trailers: Vec::new(),
-    }
+        vec![b'x'; body_len],
+    )
 }
 
 /// A key prefix unique to this process, so runs never collide with an earlier run's records.

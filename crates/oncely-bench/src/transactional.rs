@@ -167,13 +167,11 @@ impl IntoResponse for DbError {
 fn floor_response(id: &str, order: &Value) -> (Vec<u8>, Vec<u8>) {
     let body =
         serde_json::to_vec(&json!({ "id": id, "items": order.get("items") })).unwrap_or_default();
-    let stored = StoredResponse {
-        status: 201,
-        headers: vec![("content-type".to_owned(), b"application/json".to_vec())],
-        body: Vec::new(),
-        body_retained: true,
-        trailers: Vec::new(),
-    };
+    let stored = StoredResponse::new(
+        201,
+        vec![("content-type".to_owned(), b"application/json".to_vec())],
+        Vec::new(),
+    );
     (stored.encode_headers(), body)
 }
 

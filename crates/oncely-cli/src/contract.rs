@@ -535,10 +535,7 @@ mod tests {
     #[test]
     fn contract_lists_every_error_code_with_its_status() {
         for profile in oncely_core::StatusProfile::ALL {
-            let text = render(&Policy {
-                profile,
-                ..Policy::default()
-            });
+            let text = render(&Policy::default().with_profile(profile));
             for code in ErrorCode::ALL {
                 let row = format!(
                     "| `{code}` | {} | {} |",
@@ -552,12 +549,10 @@ mod tests {
 
     #[test]
     fn contract_states_live_numbers_and_never_promises_exactly_once() {
-        let custom = Policy {
-            replay_window: Duration::from_secs(3600),
-            retention: Duration::from_secs(7200),
-            profile: oncely_core::StatusProfile::Stripe,
-            ..Policy::default()
-        };
+        let custom = Policy::default()
+            .with_replay_window(Duration::from_secs(3600))
+            .with_retention(Duration::from_secs(7200))
+            .with_profile(oncely_core::StatusProfile::Stripe);
         let text = render(&custom);
         assert!(text.contains("Replay window: 1 hour (3600 seconds)"));
         assert!(text.contains("| `idempotency_key_mismatch` | 400 | no |"));

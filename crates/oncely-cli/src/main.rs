@@ -57,28 +57,27 @@ struct PolicyArgs {
 impl PolicyArgs {
     fn policy(&self) -> Policy {
         let lease = Duration::from_millis(self.lease_ms);
-        Policy {
-            replay_window: Duration::from_secs(self.replay_window_secs),
-            retention: Duration::from_secs(self.retention_secs),
-            lease,
+        let in_flight = if self.in_flight_accepted {
+            InFlightBehavior::Accepted {
+                status_url: "/v1/idempotency-keys/{key}",
+            }
+        } else if self.in_flight_wait_ms == 0 {
+            InFlightBehavior::Reject
+        } else {
+            InFlightBehavior::Wait {
+                max: Duration::from_millis(self.in_flight_wait_ms),
+                poll: Duration::from_millis(50),
+            }
+        };
+        Policy::default()
+            .with_replay_window(Duration::from_secs(self.replay_window_secs))
+            .with_retention(Duration::from_secs(self.retention_secs))
+            .with_lease(lease)
             // At least 1 ms, so that a 1-2 ms lease is refused by validation, not by a zero
             // heartbeat.
-            heartbeat: (lease / 3).max(Duration::from_millis(1)),
-            profile: self.profile,
-            in_flight: if self.in_flight_accepted {
-                InFlightBehavior::Accepted {
-                    status_url: "/v1/idempotency-keys/{key}",
-                }
-            } else if self.in_flight_wait_ms == 0 {
-                InFlightBehavior::Reject
-            } else {
-                InFlightBehavior::Wait {
-                    max: Duration::from_millis(self.in_flight_wait_ms),
-                    poll: Duration::from_millis(50),
-                }
-            },
-            ..Policy::default()
-        }
+            .with_heartbeat((lease / 3).max(Duration::from_millis(1)))
+            .with_profile(self.profile)
+            .with_in_flight(in_flight)
     }
 }
 

@@ -380,6 +380,7 @@ impl Default for RedrivePolicy {
 
 /// What one completer pass did (or, from [`Completer::run`], all of them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompleterReport {
     /// Abandoned records re-driven (each attempt counted in the record first).
     pub attempted: u64,

@@ -39,14 +39,14 @@
 //!     method: "POST", path: "/v1/orders", query: None,
 //!     content_type: Some(b"application/json"), body: br#"{"sku":"A"}"#, extra_headers: &[],
 //! });
-//! let req = ClaimRequest {
-//!     id: id.clone(), fingerprint, lease: Duration::from_secs(30),
-//!     replay_window: Duration::from_secs(86_400), retention: Duration::from_secs(259_200),
-//!     request: None,
-//! };
+//! // Lease 30 s, replay window 24 h, retention 72 h (the policy's defaults).
+//! let req = ClaimRequest::new(
+//!     id.clone(), fingerprint, Duration::from_secs(30),
+//!     Duration::from_secs(86_400), Duration::from_secs(259_200),
+//! );
 //! let ClaimOutcome::Claimed(claim) = store.claim(req.clone()).await.unwrap() else { panic!() };
 //! // ... run the handler, then store its response with the claim's fencing token:
-//! let response = StoredResponse { status: 201, headers: vec![], body: b"{}".to_vec(), body_retained: true, trailers: vec![] };
+//! let response = StoredResponse::new(201, vec![], b"{}".to_vec());
 //! store.complete(&id, claim.token, response.clone(), req.retention).await.unwrap();
 //! // A retry replays; it never re-executes.
 //! assert!(matches!(store.claim(req).await.unwrap(), ClaimOutcome::Replay { .. }));

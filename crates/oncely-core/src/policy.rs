@@ -116,7 +116,12 @@ impl StorePolicy {
 /// The whole policy. Defaults: replay window 24 h, retention 72 h, lease 30 s, heartbeat every
 /// 10 s, reject in-flight duplicates, `Retry-After` at least 1 second, `ietf` statuses, request bodies
 /// up to 1 MiB buffered, responses up to 1 MiB stored.
+///
+/// Build it from [`Policy::new`] (or [`Policy::default`]) with the `const fn with_*` methods;
+/// the struct is `#[non_exhaustive]` (it may gain fields), so other crates cannot write it as a
+/// literal. [`Policy::validate`] checks the whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Policy {
     /// How long a completed key replays its stored response (default 24 hours). After it, a
     /// reused key is a brand-new request, never an error.
@@ -149,6 +154,31 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Policy {
+    /// The defaults (the same as [`Policy::default`], usable in `const` items): replay window
+    /// 24 hours, retention 72 hours, lease 30 seconds, heartbeat every 10 seconds, in-flight
+    /// duplicates rejected (`409`), `Retry-After` at least 1 second, `ietf` statuses, the
+    /// side-effects store policy, request and response bodies up to 1 MiB.
+    ///
+    /// Change parts with the `const fn with_*` methods, then check the whole with
+    /// [`Policy::validate`] (the layer does when it is given the policy):
+    ///
+    /// ```
+    /// use oncely_core::{Policy, StatusProfile};
+    /// use std::time::Duration;
+    ///
+    /// const POLICY: Policy = Policy::new()
+    ///     .with_replay_window(Duration::from_secs(3600))
+    ///     .with_retention(Duration::from_secs(7200))
+    ///     .with_profile(StatusProfile::Stripe);
+    /// POLICY.validate().unwrap();
+    /// assert!(Policy::new().with_retention(Duration::from_secs(1)).validate().is_err());
+    /// ```
+    pub const fn new() -> Self {
         Self {
             replay_window: Duration::from_secs(24 * 3600),
             retention: Duration::from_secs(72 * 3600),
@@ -161,6 +191,72 @@ impl Default for Policy {
             max_request_bytes: 1 << 20,
             max_response_bytes: 1 << 20,
         }
+    }
+
+    /// How long a completed key replays its stored response (default 24 hours; at least 1
+    /// second, and at most the retention, or [`Policy::validate`] fails).
+    pub const fn with_replay_window(mut self, window: Duration) -> Self {
+        self.replay_window = window;
+        self
+    }
+
+    /// How long records are kept before the reaper deletes them (default 72 hours; at least the
+    /// replay window, or [`Policy::validate`] fails).
+    pub const fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The lease of every claim (default 30 seconds; at least 1 millisecond and longer than
+    /// the heartbeat, or [`Policy::validate`] fails).
+    pub const fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often a running handler's lease is renewed (default 10 seconds; non-zero and
+    /// shorter than the lease, or [`Policy::validate`] fails).
+    pub const fn with_heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// What an in-flight duplicate gets (default [`InFlightBehavior::Reject`]; a
+    /// [`InFlightBehavior::Wait`] of more than 60 seconds fails [`Policy::validate`]).
+    pub const fn with_in_flight(mut self, in_flight: InFlightBehavior) -> Self {
+        self.in_flight = in_flight;
+        self
+    }
+
+    /// The `Retry-After` on `503`, and the least one on an in-flight `409`/`202`, in whole
+    /// seconds (default 1).
+    pub const fn with_retry_after_secs(mut self, secs: u64) -> Self {
+        self.retry_after_secs = secs;
+        self
+    }
+
+    /// Which statuses the codes map to (default [`StatusProfile::Ietf`]).
+    pub const fn with_profile(mut self, profile: StatusProfile) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// Which responses are stored (default [`StorePolicy::SideEffects`]).
+    pub const fn with_store_policy(mut self, store_policy: StorePolicy) -> Self {
+        self.store_policy = store_policy;
+        self
+    }
+
+    /// The largest request body buffered for fingerprinting, in bytes (default 1 MiB).
+    pub const fn with_max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes;
+        self
+    }
+
+    /// The largest response body stored for replay, in bytes (default 1 MiB).
+    pub const fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
     }
 }
 
@@ -241,6 +337,38 @@ mod tests {
         assert_eq!(p.replay_window, Duration::from_secs(86_400));
         assert_eq!(p.retention, Duration::from_secs(259_200));
         assert_eq!(p.lease, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_builder_sets_each_part_and_keeps_the_rest() {
+        assert_eq!(Policy::new(), Policy::default());
+        let p = Policy::new()
+            .with_replay_window(Duration::from_secs(60))
+            .with_retention(Duration::from_secs(120))
+            .with_lease(Duration::from_secs(5))
+            .with_heartbeat(Duration::from_secs(2))
+            .with_retry_after_secs(3)
+            .with_profile(StatusProfile::Stripe)
+            .with_max_request_bytes(10)
+            .with_max_response_bytes(20);
+        p.validate().unwrap();
+        assert_eq!(
+            (p.replay_window, p.retention, p.lease, p.heartbeat),
+            (
+                Duration::from_secs(60),
+                Duration::from_secs(120),
+                Duration::from_secs(5),
+                Duration::from_secs(2)
+            )
+        );
+        assert_eq!((p.retry_after_secs, p.profile), (3, StatusProfile::Stripe));
+        assert_eq!((p.max_request_bytes, p.max_response_bytes), (10, 20));
+        assert_eq!(p.in_flight, InFlightBehavior::Reject);
+        // The builder does not validate; validate() still does.
+        assert_eq!(
+            Policy::new().with_lease(Duration::ZERO).validate(),
+            Err(PolicyError::ZeroLease)
+        );
     }
 
     #[test]

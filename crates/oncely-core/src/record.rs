@@ -31,7 +31,20 @@ pub struct FencingToken(pub i64);
 
 /// A response as stored for replay: status, headers in order (multi-valued headers as repeated
 /// entries), the whole body and the trailers.
+///
+/// Build one with [`StoredResponse::new`] and the `with_*` methods (the struct is
+/// `#[non_exhaustive]`: it may gain fields):
+///
+/// ```
+/// use oncely_core::StoredResponse;
+///
+/// let r = StoredResponse::new(201, vec![("content-type".into(), b"application/json".to_vec())], b"{}".to_vec())
+///     .with_trailers(vec![("grpc-status".into(), b"0".to_vec())]);
+/// assert!(r.body_retained);
+/// assert_eq!(r.trailers.len(), 1);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StoredResponse {
     /// The HTTP status code, e.g. `201`.
     pub status: u16,
@@ -63,6 +76,36 @@ pub struct StoredResponse {
 pub type HeaderFields = (Vec<(String, Vec<u8>)>, Vec<(String, Vec<u8>)>);
 
 impl StoredResponse {
+    /// A retained response without trailers: the HTTP `status` (e.g. `201`), header
+    /// `(lower-case name, value bytes)` pairs in the order they were sent (a multi-valued header
+    /// as repeated entries), and the whole `body`.
+    pub fn new(status: u16, headers: Vec<(String, Vec<u8>)>, body: Vec<u8>) -> Self {
+        Self {
+            status,
+            headers,
+            body,
+            body_retained: true,
+            trailers: Vec::new(),
+        }
+    }
+
+    /// Sets the trailer `(lower-case name, value bytes)` pairs, in order (default: none).
+    pub fn with_trailers(mut self, trailers: Vec<(String, Vec<u8>)>) -> Self {
+        self.trailers = trailers;
+        self
+    }
+
+    /// Sets whether the body was retained (default `true`). `false` (the body was over the
+    /// size limit) also empties the body: a response that is not retained keeps none, and its
+    /// replay answers `idempotency_response_not_retained`.
+    pub fn with_body_retained(mut self, retained: bool) -> Self {
+        self.body_retained = retained;
+        if !retained {
+            self.body = Vec::new();
+        }
+        self
+    }
+
     /// Encodes the headers (and trailers) for a store column.
     ///
     /// Without trailers (almost every HTTP response): a JSON array of `[name, value]` pairs, the
@@ -245,6 +288,7 @@ mod compact {
 /// The request that made a claim, kept so that the completer can re-drive an abandoned request
 /// through the service with the same key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StoredRequest {
     /// The method, e.g. `POST`.
     pub method: String,
@@ -260,6 +304,23 @@ pub struct StoredRequest {
 }
 
 impl StoredRequest {
+    /// A request: its `method` (e.g. `POST`), its path and query `uri` (e.g.
+    /// `/v1/payments?expand=charge`), the header `(lower-case name, value bytes)` pairs needed to
+    /// re-drive it (never credentials), and its whole `body`.
+    pub fn new(
+        method: impl Into<String>,
+        uri: impl Into<String>,
+        headers: Vec<(String, Vec<u8>)>,
+        body: Vec<u8>,
+    ) -> Self {
+        Self {
+            method: method.into(),
+            uri: uri.into(),
+            headers,
+            body,
+        }
+    }
+
     /// Encodes the request for a store column: a JSON object with `method`, `uri`, `headers`
     /// (as [`StoredResponse::encode_headers`] writes them) and `body`, a JSON string when the
     /// body is UTF-8, else an array of its byte values.
@@ -279,7 +340,11 @@ impl StoredRequest {
 }
 
 /// Where a record is in the key state machine.
+///
+/// `#[non_exhaustive]`: a match outside this crate needs a wildcard arm, which should fail
+/// closed (treat an unknown state as "do not execute, do not replay").
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecordState {
     /// Owned by the holder of the record's current token until `lease_expires_at`.
     InFlight {
@@ -300,8 +365,10 @@ pub enum RecordState {
     Released,
 }
 
-/// One record of the key store.
+/// One record of the key store. Stores build it with [`Record::new`] (the struct is
+/// `#[non_exhaustive]`: it may gain fields).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Record {
     /// Whose key.
     pub scope: Scope,
@@ -335,6 +402,7 @@ pub struct Record {
 /// Records written before this existed decode as [`Redrives::default`]: no attempts, no
 /// backoff, not marked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Redrives {
     /// How many times the completer re-drove the request (0: never).
     pub attempts: u32,
@@ -350,6 +418,20 @@ pub struct Redrives {
 }
 
 impl Redrives {
+    /// The bookkeeping as a store reads it back: `attempts` re-drives so far, the earliest next
+    /// attempt and the time of the mark (epoch milliseconds, `None` when unset).
+    pub fn new(
+        attempts: u32,
+        next_attempt_at: Option<UnixMillis>,
+        marked_at: Option<UnixMillis>,
+    ) -> Self {
+        Self {
+            attempts,
+            next_attempt_at,
+            marked_at,
+        }
+    }
+
     /// Whether the completer gave up on the record.
     pub fn is_marked(&self) -> bool {
         self.marked_at.is_some()
@@ -357,6 +439,44 @@ impl Redrives {
 }
 
 impl Record {
+    /// A record of `(scope, key)` claimed by the request with `fingerprint`, holding `token`,
+    /// in `state`; `created_at` is the time of the current claim and `expires_at` the time the
+    /// reaper may delete it (both epoch milliseconds). It keeps no stored request and fresh
+    /// [`Redrives`]; set them with [`Record::with_request`] and [`Record::with_redrives`].
+    pub fn new(
+        scope: Scope,
+        key: IdempotencyKey,
+        fingerprint: Fingerprint,
+        token: FencingToken,
+        state: RecordState,
+        created_at: UnixMillis,
+        expires_at: UnixMillis,
+    ) -> Self {
+        Self {
+            scope,
+            key,
+            fingerprint,
+            token,
+            state,
+            created_at,
+            expires_at,
+            request: None,
+            redrives: Redrives::default(),
+        }
+    }
+
+    /// Sets the stored request (default `None`; only an in-flight record keeps one).
+    pub fn with_request(mut self, request: Option<StoredRequest>) -> Self {
+        self.request = request;
+        self
+    }
+
+    /// Sets the completer's bookkeeping (default [`Redrives::default`]).
+    pub fn with_redrives(mut self, redrives: Redrives) -> Self {
+        self.redrives = redrives;
+        self
+    }
+
     /// The state's name as used in stores and APIs: `in_flight`, `complete` or `released`.
     pub fn state_name(&self) -> &'static str {
         match self.state {
@@ -397,6 +517,42 @@ mod tests {
             body_retained: true,
             trailers: Vec::new(),
         }
+    }
+
+    #[test]
+    fn constructors_set_the_documented_defaults() {
+        let r = StoredResponse::new(201, vec![("a".into(), b"1".to_vec())], b"{}".to_vec());
+        assert_eq!((r.status, r.body_retained), (201, true));
+        assert_eq!(r.body, b"{}".to_vec());
+        assert!(r.trailers.is_empty());
+        // Not retained keeps no body.
+        let n = r.clone().with_body_retained(false);
+        assert_eq!((n.body_retained, n.body.len()), (false, 0));
+        assert_eq!(n.headers, r.headers);
+        let t = r.with_trailers(vec![("grpc-status".into(), b"0".to_vec())]);
+        assert_eq!(t.trailers.len(), 1);
+
+        let rec = Record::new(
+            Scope::new("s"),
+            IdempotencyKey::new("k").unwrap(),
+            Fingerprint::from_parts(1, [0; 32]),
+            FencingToken(3),
+            RecordState::Released,
+            10,
+            20,
+        );
+        assert_eq!(
+            (rec.created_at, rec.expires_at, rec.token),
+            (10, 20, FencingToken(3))
+        );
+        assert_eq!((&rec.request, rec.redrives), (&None, Redrives::default()));
+        let req = StoredRequest::new("POST", "/v1/x", vec![], b"b".to_vec());
+        let rec = rec
+            .with_request(Some(req.clone()))
+            .with_redrives(Redrives::new(2, Some(5), None));
+        assert_eq!(rec.request, Some(req));
+        assert_eq!(rec.redrives.attempts, 2);
+        assert!(!rec.redrives.is_marked());
     }
 
     #[test]

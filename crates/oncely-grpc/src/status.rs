@@ -82,6 +82,7 @@ pub const STREAMING_UNSUPPORTED: &str = ErrorCode::StreamingUnsupported.as_str()
 /// One row of the status table: a machine code, its gRPC status, whether the answer carries
 /// `RetryInfo` (and is retried by the recommended A6 policy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StatusRow {
     /// The machine code, e.g. [`ErrorCode::RequestInFlight`].
     pub code: ErrorCode,

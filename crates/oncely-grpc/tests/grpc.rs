@@ -360,13 +360,11 @@ async fn a_server_streaming_reply_is_replayed_message_for_message() {
 
 #[test]
 fn the_accepted_in_flight_mode_has_no_grpc_form() {
-    let layer =
-        oncely_tower::IdempotencyLayer::new(Arc::new(MemoryStore::new())).with_policy(Policy {
-            in_flight: oncely_core::InFlightBehavior::Accepted {
-                status_url: "/v1/keys/{key}",
-            },
-            ..Policy::default()
-        });
+    let layer = oncely_tower::IdempotencyLayer::new(Arc::new(MemoryStore::new())).with_policy(
+        Policy::default().with_in_flight(oncely_core::InFlightBehavior::Accepted {
+            status_url: "/v1/keys/{key}",
+        }),
+    );
     assert_eq!(
         oncely_grpc::GrpcIdempotencyLayer::from_layer(layer, common::methods()).unwrap_err(),
         oncely_grpc::UnsupportedPolicy::AcceptedInFlight

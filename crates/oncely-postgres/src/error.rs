@@ -1,7 +1,45 @@
-//! Mapping sqlx errors onto [`StoreError`], and the bounded retry of transient conflicts.
+//! The crate's error type ([`PostgresStoreError`]), mapping sqlx errors onto [`StoreError`],
+//! and the bounded retry of transient conflicts.
 
 use oncely_core::StoreError;
 use std::time::Duration;
+
+/// Errors particular to the PostgreSQL store, carried inside [`StoreError::Unavailable`]
+/// (downcast the source to inspect them), as `oncely_sqlite::SqliteStoreError` is for SQLite.
+/// Every one of them fails closed: the layer answers `503` and runs nothing.
+///
+/// Errors of the database itself (connection refused or lost, pool timeout, lock or statement
+/// timeout) stay [`sqlx::Error`]s inside [`StoreError::Unavailable`]; a row that does not
+/// decode is [`StoreError::Corrupt`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresStoreError {
+    /// The connection URL could not be parsed. The URL itself is not kept: it may carry a
+    /// password.
+    #[error("invalid PostgreSQL URL: {0}")]
+    InvalidUrl(#[source] sqlx::Error),
+    /// The crate's migrations could not be applied.
+    #[error("the migrations could not be applied: {0}")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    /// A claim found the record changing under its conditional write this many times in a row
+    /// ([`PostgresStore::MAX_CLAIM_ROUNDS`](crate::PostgresStore::MAX_CLAIM_ROUNDS)).
+    #[error("the claim of {scope}/{key} lost {rounds} races in a row")]
+    ClaimContention {
+        /// The scope of the key.
+        scope: String,
+        /// The key.
+        key: String,
+        /// How many read-decide-write rounds it made.
+        rounds: u32,
+    },
+}
+
+impl From<PostgresStoreError> for StoreError {
+    /// Every [`PostgresStoreError`] is [`StoreError::Unavailable`].
+    fn from(e: PostgresStoreError) -> Self {
+        StoreError::unavailable(e)
+    }
+}
 
 /// How many times a statement that failed with a serialization failure (`40001`) or a deadlock
 /// (`40P01`) is retried before the error is returned as [`StoreError::Unavailable`].
@@ -66,3 +104,38 @@ macro_rules! retry_transient {
     }};
 }
 pub(crate) use retry_transient;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_invalid_url_is_typed_and_never_shows_the_password() {
+        let e = crate::PostgresStore::connect("postgres://app:s3cret@db:notaport/app")
+            .await
+            .unwrap_err();
+        let StoreError::Unavailable(source) = &e else {
+            panic!("expected Unavailable, got {e:?}")
+        };
+        let typed = source.downcast_ref::<PostgresStoreError>();
+        assert!(
+            matches!(typed, Some(PostgresStoreError::InvalidUrl(_))),
+            "{typed:?}"
+        );
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn every_store_error_is_unavailable() {
+        let e: StoreError = PostgresStoreError::ClaimContention {
+            scope: "acct".into(),
+            key: "k".into(),
+            rounds: 32,
+        }
+        .into();
+        assert_eq!(
+            e.to_string(),
+            "key store unavailable: the claim of acct/k lost 32 races in a row"
+        );
+    }
+}

@@ -28,6 +28,7 @@
 //!     ClaimOutcome::Replay { response, .. } => { /* replay it */ }
 //!     ClaimOutcome::InFlight { .. } | ClaimOutcome::Mismatch => { /* 409 / 422 */ }
 //!     ClaimOutcome::NeedsAttention { .. } => { /* 409: the completer gave up on it */ }
+//!     _ => { /* an outcome this code does not know: fail closed, never run the handler */ }
 //! }
 //! # Ok(()) }
 //! ```
@@ -37,4 +38,5 @@ mod sql;
 mod store;
 mod within;
 
+pub use error::PostgresStoreError;
 pub use store::PostgresStore;

@@ -1,6 +1,6 @@
 //! [`PostgresStore`]: the [`KeyStore`] implementation.
 
-use crate::error::{map, retry_transient};
+use crate::error::{PostgresStoreError, map, retry_transient};
 use crate::sql;
 use async_trait::async_trait;
 use oncely_core::clock::duration_millis;
@@ -115,9 +115,11 @@ impl PostgresStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] when the URL is invalid or the database cannot be reached.
+    /// [`StoreError::Unavailable`] when the URL is invalid (wrapping
+    /// [`PostgresStoreError::InvalidUrl`]) or the database cannot be reached (wrapping the
+    /// [`sqlx::Error`]).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let mut options: PgConnectOptions = url.parse().map_err(StoreError::unavailable)?;
+        let mut options: PgConnectOptions = url.parse().map_err(PostgresStoreError::InvalidUrl)?;
         if !url.contains("lock_timeout") {
             options = options.options([(
                 "lock_timeout",
@@ -164,14 +166,15 @@ impl PostgresStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] when the database cannot be reached or a migration fails.
+    /// [`StoreError::Unavailable`] wrapping [`PostgresStoreError::Migrate`] when the database
+    /// cannot be reached or a migration fails.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let mut migrator = sqlx::migrate!();
         migrator.dangerous_set_table_name(sql::MIGRATIONS_TABLE);
         migrator
             .run(&self.pool)
             .await
-            .map_err(StoreError::unavailable)
+            .map_err(|e| PostgresStoreError::Migrate(e).into())
     }
 
     async fn fetch(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
@@ -210,12 +213,11 @@ impl PostgresStore {
             )
             .map_err(map)?;
             return Ok(inserted.map(|_| {
-                ClaimOutcome::Claimed(Claim {
-                    token: FencingToken(1),
+                ClaimOutcome::Claimed(Claim::new(
+                    FencingToken(1),
                     lease_expires_at,
-                    recovery_point: None,
-                    kind: ClaimKind::New,
-                })
+                    ClaimKind::New,
+                ))
             }));
         };
         let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
@@ -232,6 +234,12 @@ impl PostgresStore {
             } => (Some(*lease_expires_at), None),
             RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
             RecordState::Released => (None, None),
+            _ => {
+                return Err(StoreError::Corrupt(format!(
+                    "unknown state {}",
+                    existing.state_name()
+                )));
+            }
         };
         let old_recovery_point = existing.recovery_point();
         let guarded = |q: &'static str| {
@@ -271,12 +279,9 @@ impl PostgresStore {
         if updated.rows_affected() == 0 {
             return Ok(None);
         }
-        Ok(Some(ClaimOutcome::Claimed(Claim {
-            token,
-            lease_expires_at,
-            recovery_point,
-            kind,
-        })))
+        Ok(Some(ClaimOutcome::Claimed(
+            Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
+        )))
     }
 }
 
@@ -298,15 +303,12 @@ impl KeyStore for PostgresStore {
                 return Ok(outcome);
             }
         }
-        Err(StoreError::Unavailable(
-            format!(
-                "claim of {}/{} lost {} races in a row",
-                req.id.scope,
-                req.id.key,
-                Self::MAX_CLAIM_ROUNDS
-            )
-            .into(),
-        ))
+        Err(PostgresStoreError::ClaimContention {
+            scope: req.id.scope.to_string(),
+            key: req.id.key.to_string(),
+            rounds: Self::MAX_CLAIM_ROUNDS,
+        }
+        .into())
     }
 
     async fn renew(
@@ -449,6 +451,7 @@ impl KeyStore for PostgresStore {
                 now.saturating_add(duration_millis(backoff)),
             ),
             RedriveNote::Mark => (sql::NOTE_MARK, now),
+            _ => return Err(StoreError::Fenced),
         };
         let seen = i32::try_from(attempts_seen).unwrap_or(i32::MAX);
         let row = retry_transient!(
@@ -530,13 +533,13 @@ pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
             let (headers, trailers) = StoredResponse::decode_header_fields(&headers)
                 .map_err(|e| corrupt("response_headers", e))?;
             RecordState::Complete {
-                response: StoredResponse {
-                    status: u16::try_from(status).map_err(|e| corrupt("response_status", e))?,
+                response: StoredResponse::new(
+                    u16::try_from(status).map_err(|e| corrupt("response_status", e))?,
                     headers,
-                    body: row.try_get("response_body").map_err(map)?,
-                    body_retained: row.try_get("response_body_retained").map_err(map)?,
-                    trailers,
-                },
+                    row.try_get("response_body").map_err(map)?,
+                )
+                .with_body_retained(row.try_get("response_body_retained").map_err(map)?)
+                .with_trailers(trailers),
                 completed_at: row.try_get("completed_at").map_err(map)?,
             }
         }
@@ -549,17 +552,17 @@ pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
         .transpose()
         .map_err(|e| corrupt("request", e))?;
     let redrives = redrives_from_row(row, "redrive_attempts", "redrive_next_at", "marked_at")?;
-    Ok(Record {
-        scope: Scope::new(scope),
+    Ok(Record::new(
+        Scope::new(scope),
         key,
         fingerprint,
-        token: FencingToken(row.try_get("token").map_err(map)?),
+        FencingToken(row.try_get("token").map_err(map)?),
         state,
-        created_at: row.try_get("created_at").map_err(map)?,
-        expires_at: row.try_get("expires_at").map_err(map)?,
-        request,
-        redrives,
-    })
+        row.try_get("created_at").map_err(map)?,
+        row.try_get("expires_at").map_err(map)?,
+    )
+    .with_request(request)
+    .with_redrives(redrives))
 }
 
 /// Reads the completer's three columns (by name or position).
@@ -570,9 +573,9 @@ fn redrives_from_row<I: sqlx::ColumnIndex<PgRow>>(
     marked: I,
 ) -> Result<Redrives, StoreError> {
     let n: i32 = row.try_get(attempts).map_err(map)?;
-    Ok(Redrives {
-        attempts: u32::try_from(n).map_err(|e| corrupt("redrive_attempts", e))?,
-        next_attempt_at: row.try_get(next).map_err(map)?,
-        marked_at: row.try_get(marked).map_err(map)?,
-    })
+    Ok(Redrives::new(
+        u32::try_from(n).map_err(|e| corrupt("redrive_attempts", e))?,
+        row.try_get(next).map_err(map)?,
+        row.try_get(marked).map_err(map)?,
+    ))
 }

@@ -110,15 +110,12 @@ impl PostgresStore {
                 Err(e) => return Err(map(e)),
             }
         }
-        Err(StoreError::Unavailable(
-            format!(
-                "claim of {}/{} lost {} races in a row",
-                req.id.scope,
-                req.id.key,
-                Self::MAX_CLAIM_ROUNDS
-            )
-            .into(),
-        ))
+        Err(crate::PostgresStoreError::ClaimContention {
+            scope: req.id.scope.to_string(),
+            key: req.id.key.to_string(),
+            rounds: Self::MAX_CLAIM_ROUNDS,
+        }
+        .into())
     }
 
     async fn claim_round_in(
@@ -142,12 +139,11 @@ impl PostgresStore {
             .fetch_one(&mut *conn)
             .await?;
         if row.try_get::<bool, _>("claimed")? {
-            return Ok(Some(ClaimOutcome::Claimed(Claim {
-                token: FencingToken(1),
+            return Ok(Some(ClaimOutcome::Claimed(Claim::new(
+                FencingToken(1),
                 lease_expires_at,
-                recovery_point: None,
-                kind: ClaimKind::New,
-            })));
+                ClaimKind::New,
+            ))));
         }
         // The record exists (the normal path, case S11), and the same statement read it, as
         // committed when the statement began. A record that is not in that snapshot was
@@ -182,6 +178,7 @@ impl PostgresStore {
             } => (Some(*lease_expires_at), None),
             RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
             RecordState::Released => (None, None),
+            _ => return Err(sqlx::Error::Decode("unknown record state".into())),
         };
         let guarded = |q: &'static str| {
             sqlx::query(q)
@@ -215,12 +212,9 @@ impl PostgresStore {
         if updated.rows_affected() == 0 {
             return Ok(None);
         }
-        Ok(Some(ClaimOutcome::Claimed(Claim {
-            token,
-            lease_expires_at,
-            recovery_point,
-            kind,
-        })))
+        Ok(Some(ClaimOutcome::Claimed(
+            Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
+        )))
     }
 
     /// The fencing write on `conn`: renews the lease to now plus `lease` (never less than 1

@@ -87,25 +87,27 @@ pub(crate) fn record(f: &Fields, id: Option<&RecordKey>) -> Result<Option<Record
         None => Ok(None),
     };
     // Absent in records written before the completer counted its attempts: never re-driven.
-    let redrives = Redrives {
-        attempts: match opt_int("attempts")? {
+    let redrives = Redrives::new(
+        match opt_int("attempts")? {
             Some(n) => u32::try_from(n).map_err(|_| corrupt("field `attempts` out of range"))?,
             None => 0,
         },
-        next_attempt_at: opt_int("next_attempt")?,
-        marked_at: opt_int("marked")?,
-    };
-    Ok(Some(Record {
-        scope,
-        key,
-        fingerprint,
-        token: FencingToken(int(f, "token")?),
-        state,
-        created_at: int(f, "created")?,
-        expires_at: int(f, "expires")?,
-        request,
-        redrives,
-    }))
+        opt_int("next_attempt")?,
+        opt_int("marked")?,
+    );
+    Ok(Some(
+        Record::new(
+            scope,
+            key,
+            fingerprint,
+            FencingToken(int(f, "token")?),
+            state,
+            int(f, "created")?,
+            int(f, "expires")?,
+        )
+        .with_request(request)
+        .with_redrives(redrives),
+    ))
 }
 
 /// Rebuilds a stored response from its four fields.
@@ -128,13 +130,9 @@ pub(crate) fn response(
         Some(b"0") => false,
         _ => return Err(corrupt("retained flag")),
     };
-    Ok(StoredResponse {
-        status,
-        headers,
-        body,
-        body_retained,
-        trailers,
-    })
+    Ok(StoredResponse::new(status, headers, body)
+        .with_body_retained(body_retained)
+        .with_trailers(trailers))
 }
 
 /// A script reply as a list of optional byte strings (numbers become their decimal text).
@@ -221,11 +219,7 @@ mod tests {
         f.insert(b"marked".to_vec(), b"6000".to_vec());
         assert_eq!(
             record(&f, None).unwrap().unwrap().redrives,
-            Redrives {
-                attempts: 2,
-                next_attempt_at: Some(5000),
-                marked_at: Some(6000)
-            }
+            Redrives::new(2, Some(5000), Some(6000))
         );
         f.insert(b"attempts".to_vec(), b"-1".to_vec());
         assert!(matches!(record(&f, None), Err(StoreError::Corrupt(_))));
@@ -246,26 +240,22 @@ mod tests {
             ("completed", b"50"),
             ("created", b"10"),
         ];
-        let want = Record {
-            scope: id.scope.clone(),
-            key: id.key.clone(),
-            fingerprint: Fingerprint::from_parts(1, digest),
-            token: FencingToken(2),
-            state: RecordState::Complete {
-                response: StoredResponse {
-                    status: 201,
-                    headers: vec![("content-type".into(), b"application/json".to_vec())],
-                    body: b"{}".to_vec(),
-                    body_retained: true,
-                    trailers: vec![],
-                },
+        let want = Record::new(
+            id.scope.clone(),
+            id.key.clone(),
+            Fingerprint::from_parts(1, digest),
+            FencingToken(2),
+            RecordState::Complete {
+                response: StoredResponse::new(
+                    201,
+                    vec![("content-type".into(), b"application/json".to_vec())],
+                    b"{}".to_vec(),
+                ),
                 completed_at: 50,
             },
-            created_at: 10,
-            expires_at: 99,
-            request: None,
-            redrives: Redrives::default(),
-        };
+            10,
+            99,
+        );
         // Today's form: no identity fields, compact headers, no request once complete.
         let mut new = fields(&common);
         new.insert(b"expires".to_vec(), b"99".to_vec());
@@ -291,21 +281,10 @@ mod tests {
             b"req".to_vec(),
             br#"{"method":"POST","uri":"/v1/orders","headers":[],"body":[123,125]}"#.to_vec(),
         );
-        let old_req = StoredRequest {
-            method: "POST".into(),
-            uri: "/v1/orders".into(),
-            headers: vec![],
-            body: b"{}".to_vec(),
-        };
+        let old_req = StoredRequest::new("POST", "/v1/orders", vec![], b"{}".to_vec());
         let got = record(&old, None).unwrap().unwrap();
         assert_eq!(got.request.as_ref(), Some(&old_req));
-        assert_eq!(
-            Record {
-                request: None,
-                ..got
-            },
-            want
-        );
+        assert_eq!(got.with_request(None), want);
         let other = RecordKey::new(Scope::new("elsewhere"), IdempotencyKey::new("x").unwrap());
         assert_eq!(record(&old, Some(&other)).unwrap().unwrap().scope, id.scope);
     }

@@ -23,17 +23,18 @@
 //!     method: "POST", path: "/v1/orders", query: None,
 //!     content_type: Some(b"application/json"), body: br#"{"sku":"A"}"#, extra_headers: &[],
 //! });
-//! let req = ClaimRequest {
-//!     id, fingerprint, lease: Duration::from_secs(30),
-//!     replay_window: Duration::from_secs(86_400), retention: Duration::from_secs(259_200),
-//!     request: None,
-//! };
+//! // Lease 30 s, replay window 24 h, retention 72 h.
+//! let req = ClaimRequest::new(
+//!     id, fingerprint, Duration::from_secs(30),
+//!     Duration::from_secs(86_400), Duration::from_secs(259_200),
+//! );
 //! match store.claim(req).await? {
 //!     ClaimOutcome::Claimed(claim) => { /* run the handler, then complete with claim.token */ }
 //!     ClaimOutcome::InFlight { .. } => { /* 409 idempotency_request_in_flight */ }
 //!     ClaimOutcome::Replay { .. } => { /* replay the stored response */ }
 //!     ClaimOutcome::Mismatch => { /* 422 idempotency_key_mismatch */ }
 //!     ClaimOutcome::NeedsAttention { .. } => { /* 409 idempotency_request_needs_attention */ }
+//!     _ => { /* an outcome this code does not know: fail closed, never run the handler */ }
 //! }
 //! # Ok(()) }
 //! ```

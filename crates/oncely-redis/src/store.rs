@@ -649,12 +649,14 @@ impl KeyStore for RedisStore {
                     })?),
                     None => None,
                 };
-                Ok(ClaimOutcome::Claimed(Claim {
-                    token: FencingToken(decode::reply_int(&r, 1)?),
-                    lease_expires_at: decode::reply_int(&r, 2)?,
-                    recovery_point,
-                    kind,
-                }))
+                Ok(ClaimOutcome::Claimed(
+                    Claim::new(
+                        FencingToken(decode::reply_int(&r, 1)?),
+                        decode::reply_int(&r, 2)?,
+                        kind,
+                    )
+                    .with_recovery_point(recovery_point),
+                ))
             }
             Some(b"in_flight") => Ok(ClaimOutcome::InFlight {
                 lease_expires_at: decode::reply_int(&r, 1)?,
@@ -903,6 +905,7 @@ impl KeyStore for RedisStore {
         let (kind, backoff): (&[u8], i64) = match note {
             RedriveNote::Attempt { backoff } => (b"attempt", millis(backoff)),
             RedriveNote::Mark => (b"mark", 0),
+            _ => return Err(StoreError::Fenced),
         };
         let r = self
             .write(
@@ -921,12 +924,12 @@ impl KeyStore for RedisStore {
             Some(_) => decode::reply_int(&r, i).map(Some),
             None => Ok(None),
         };
-        Ok(Redrives {
-            attempts: u32::try_from(decode::reply_int(&r, 1)?)
+        Ok(Redrives::new(
+            u32::try_from(decode::reply_int(&r, 1)?)
                 .map_err(|_| StoreError::Corrupt("redis: attempts out of range".into()))?,
-            next_attempt_at: opt(2)?,
-            marked_at: opt(3)?,
-        })
+            opt(2)?,
+            opt(3)?,
+        ))
     }
 
     /// Lists up to `limit` in-flight records marked for a person, oldest mark first.

@@ -44,12 +44,12 @@ fn old_request(body: &str) -> (String, StoredRequest) {
         byte_array(b"application/json"),
         byte_array(body.as_bytes())
     );
-    let decoded = StoredRequest {
-        method: "POST".into(),
-        uri: "/v1/payments".into(),
-        headers: vec![("content-type".into(), b"application/json".to_vec())],
-        body: body.as_bytes().to_vec(),
-    };
+    let decoded = StoredRequest::new(
+        "POST",
+        "/v1/payments",
+        vec![("content-type".into(), b"application/json".to_vec())],
+        body.as_bytes().to_vec(),
+    );
     (json, decoded)
 }
 

@@ -47,14 +47,14 @@ pub(crate) fn decode_record(row: &SqliteRow) -> Result<Record, StoreError> {
                 other => return Err(corrupt(&format!("body_retained {other:?}"))),
             };
             RecordState::Complete {
-                response: StoredResponse {
+                response: StoredResponse::new(
                     status,
                     headers,
                     // A zero-length body may come back as NULL: both are the empty body.
-                    body: col::<Option<Vec<u8>>>(row, "response_body")?.unwrap_or_default(),
-                    body_retained,
-                    trailers,
-                },
+                    col::<Option<Vec<u8>>>(row, "response_body")?.unwrap_or_default(),
+                )
+                .with_body_retained(body_retained)
+                .with_trailers(trailers),
                 completed_at: col::<Option<i64>>(row, "completed_at")?
                     .ok_or_else(|| corrupt("complete without completed_at"))?,
             }
@@ -70,24 +70,24 @@ pub(crate) fn decode_record(row: &SqliteRow) -> Result<Record, StoreError> {
         }
     };
 
-    let redrives = Redrives {
-        attempts: u32::try_from(col::<i64>(row, "redrive_attempts")?)
+    let redrives = Redrives::new(
+        u32::try_from(col::<i64>(row, "redrive_attempts")?)
             .map_err(|_| corrupt("redrive_attempts out of range"))?,
-        next_attempt_at: col(row, "redrive_next_at")?,
-        marked_at: col(row, "marked_at")?,
-    };
+        col(row, "redrive_next_at")?,
+        col(row, "marked_at")?,
+    );
 
-    Ok(Record {
-        scope: Scope::new(scope.clone()),
-        key: key_parsed,
+    Ok(Record::new(
+        Scope::new(scope.clone()),
+        key_parsed,
         fingerprint,
         token,
         state,
-        created_at: col(row, "created_at")?,
-        expires_at: col(row, "expires_at")?,
-        request,
-        redrives,
-    })
+        col(row, "created_at")?,
+        col(row, "expires_at")?,
+    )
+    .with_request(request)
+    .with_redrives(redrives))
 }
 
 /// One column, with a type mismatch (or NULL where a value is required) as `Corrupt`.

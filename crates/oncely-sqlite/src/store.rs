@@ -84,6 +84,13 @@ pub enum SqliteStoreError {
     ClaimContention(usize),
 }
 
+impl From<SqliteStoreError> for StoreError {
+    /// Every [`SqliteStoreError`] is [`StoreError::Unavailable`].
+    fn from(e: SqliteStoreError) -> Self {
+        StoreError::unavailable(e)
+    }
+}
+
 /// The SQLite [`KeyStore`]: Oncely's embedded default.
 ///
 /// One table, `oncely_idempotency_keys`, with `PRIMARY KEY (scope, key)`; its schema ships in the
@@ -357,12 +364,11 @@ impl SqliteStore {
             .map_err(map_sqlx)?
             .rows_affected();
         if inserted == 1 {
-            return Ok(Some(ClaimOutcome::Claimed(Claim {
-                token: first,
+            return Ok(Some(ClaimOutcome::Claimed(Claim::new(
+                first,
                 lease_expires_at,
-                recovery_point: None,
-                kind: ClaimKind::New,
-            })));
+                ClaimKind::New,
+            ))));
         }
 
         // The primary key said the record exists: the normal "record exists" path.
@@ -395,9 +401,8 @@ impl SqliteStore {
                             .or(request),
                         existing.redrives,
                     ),
-                    ClaimKind::New | ClaimKind::AfterReplayWindow => {
-                        (now, request, Redrives::default())
-                    }
+                    // New, AfterReplayWindow (and any later kind): a fresh request.
+                    _ => (now, request, Redrives::default()),
                 };
                 let updated = sqlx::query(sql::UPDATE_CLAIM)
                     .bind(fp_version)
@@ -420,12 +425,9 @@ impl SqliteStore {
                 if updated != 1 {
                     return Ok(None);
                 }
-                Ok(Some(ClaimOutcome::Claimed(Claim {
-                    token,
-                    lease_expires_at,
-                    recovery_point,
-                    kind,
-                })))
+                Ok(Some(ClaimOutcome::Claimed(
+                    Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
+                )))
             }
         }
     }
@@ -555,6 +557,7 @@ impl KeyStore for SqliteStore {
                 now.saturating_add(duration_millis(backoff)),
             ),
             RedriveNote::Mark => (sql::NOTE_MARK, now),
+            _ => return Err(StoreError::Fenced),
         };
         let row = sqlx::query(statement)
             .bind(first)
@@ -568,12 +571,12 @@ impl KeyStore for SqliteStore {
             .map_err(map_sqlx)?
             .ok_or(StoreError::Fenced)?;
         let attempts: i64 = row.try_get(0).map_err(map_sqlx)?;
-        Ok(Redrives {
-            attempts: u32::try_from(attempts)
+        Ok(Redrives::new(
+            u32::try_from(attempts)
                 .map_err(|_| StoreError::Corrupt(format!("redrive_attempts {attempts}")))?,
-            next_attempt_at: row.try_get(1).map_err(map_sqlx)?,
-            marked_at: row.try_get(2).map_err(map_sqlx)?,
-        })
+            row.try_get(1).map_err(map_sqlx)?,
+            row.try_get(2).map_err(map_sqlx)?,
+        ))
     }
 
     async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {

@@ -171,12 +171,7 @@ impl SqliteStore {
             // The insert's `RETURNING token`: the key was absent and is claimed.
             Some(_) => {
                 let mut tx = guard.adopt().await?;
-                let mut claim = Claim {
-                    token: first,
-                    lease_expires_at,
-                    recovery_point: None,
-                    kind: ClaimKind::New,
-                };
+                let mut claim = Claim::new(first, lease_expires_at, ClaimKind::New);
                 let took_effect = self.clock().now_millis();
                 if took_effect.saturating_sub(now) > duration_millis(LEASE_SLACK) {
                     claim.lease_expires_at =

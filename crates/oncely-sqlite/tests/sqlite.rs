@@ -35,20 +35,21 @@ async fn cold_reopen_replays_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("s2.db").display());
     let id = RecordKey::new(Scope::new("tenant-T"), IdempotencyKey::new("K").unwrap());
-    let request = |body: &'static str| ClaimRequest {
-        id: id.clone(),
-        fingerprint: DefaultFingerprinter.fingerprint(&RequestParts {
-            method: "POST",
-            path: "/v1/payments",
-            query: None,
-            content_type: Some(b"application/json"),
-            body: body.as_bytes(),
-            extra_headers: &[],
-        }),
-        lease: LEASE,
-        replay_window: WINDOW,
-        retention: RETENTION,
-        request: None,
+    let request = |body: &'static str| {
+        ClaimRequest::new(
+            id.clone(),
+            DefaultFingerprinter.fingerprint(&RequestParts {
+                method: "POST",
+                path: "/v1/payments",
+                query: None,
+                content_type: Some(b"application/json"),
+                body: body.as_bytes(),
+                extra_headers: &[],
+            }),
+            LEASE,
+            WINDOW,
+            RETENTION,
+        )
     };
 
     let a = SqliteStore::connect(&url).await.unwrap();

@@ -29,12 +29,7 @@ impl<DB: Database> Clone for UnclaimedStore<DB> {
 }
 
 fn granted() -> ClaimOutcome {
-    ClaimOutcome::Claimed(Claim {
-        token: FencingToken(1),
-        lease_expires_at: UnixMillis::MAX,
-        recovery_point: None,
-        kind: ClaimKind::New,
-    })
+    ClaimOutcome::Claimed(Claim::new(FencingToken(1), UnixMillis::MAX, ClaimKind::New))
 }
 
 #[async_trait]

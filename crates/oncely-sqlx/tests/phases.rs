@@ -439,11 +439,7 @@ struct Harness<S> {
 }
 
 async fn harness<S: Db>() -> Option<Harness<S>> {
-    harness_with(Policy {
-        lease: LEASE,
-        ..Policy::default()
-    })
-    .await
+    harness_with(Policy::default().with_lease(LEASE)).await
 }
 
 async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
@@ -778,11 +774,11 @@ async fn a_takeover_resumes_with_its_step<S: Db>() {
 /// Between two phases (an outside call in progress) the layer's heartbeat renews the lease, so
 /// a slow but live request is not taken over; it starts only once the claim committed.
 async fn a_live_owner_between_phases_keeps_its_lease<S: Db>() {
-    let Some(h) = harness_with::<S>(Policy {
-        lease: LEASE,
-        heartbeat: Duration::from_millis(50),
-        ..Policy::default()
-    })
+    let Some(h) = harness_with::<S>(
+        Policy::default()
+            .with_lease(LEASE)
+            .with_heartbeat(Duration::from_millis(50)),
+    )
     .await
     else {
         return;

@@ -84,13 +84,7 @@ pub const DENIED_RESPONSE_HEADERS: &[&str] = &[
 /// assert!(s.body_retained);
 /// ```
 pub fn stored_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> StoredResponse {
-    StoredResponse {
-        status: status.as_u16(),
-        headers: filter_headers(headers),
-        body: body.to_vec(),
-        body_retained: true,
-        trailers: Vec::new(),
-    }
+    StoredResponse::new(status.as_u16(), filter_headers(headers), body.to_vec())
 }
 
 /// Reads `response`'s body up to `limit` bytes and returns the response to send (every byte,
@@ -110,17 +104,16 @@ pub async fn capture_response(
     let captured = capture(body, limit).await;
     let failed = matches!(captured, Captured::Failed { .. });
     let stored = match &captured {
-        Captured::Complete { data, trailers } => StoredResponse {
-            trailers: trailers.as_ref().map(filter_headers).unwrap_or_default(),
-            ..stored_response(parts.status, &parts.headers, data)
-        },
-        Captured::Overflow { .. } | Captured::Failed { .. } => StoredResponse {
-            status: parts.status.as_u16(),
-            headers: filter_headers(&parts.headers),
-            body: Vec::new(),
-            body_retained: false,
-            trailers: Vec::new(),
-        },
+        Captured::Complete { data, trailers } => {
+            stored_response(parts.status, &parts.headers, data)
+                .with_trailers(trailers.as_ref().map(filter_headers).unwrap_or_default())
+        }
+        Captured::Overflow { .. } | Captured::Failed { .. } => StoredResponse::new(
+            parts.status.as_u16(),
+            filter_headers(&parts.headers),
+            Vec::new(),
+        )
+        .with_body_retained(false),
     };
     (
         Response::from_parts(parts, captured.into_body()),
@@ -412,13 +405,11 @@ mod tests {
 
     #[test]
     fn replay_adds_the_replayed_header_and_keeps_order() {
-        let s = StoredResponse {
-            status: 201,
-            headers: vec![("x-m".into(), b"1".to_vec()), ("x-m".into(), b"2".to_vec())],
-            body: b"{}".to_vec(),
-            body_retained: true,
-            trailers: Vec::new(),
-        };
+        let s = StoredResponse::new(
+            201,
+            vec![("x-m".into(), b"1".to_vec()), ("x-m".into(), b"2".to_vec())],
+            b"{}".to_vec(),
+        );
         let r = replay_response(&s);
         assert_eq!(r.status(), 201);
         let vals: Vec<_> = r.headers().get_all("x-m").iter().collect();

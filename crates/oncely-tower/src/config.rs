@@ -26,6 +26,7 @@ use oncely_core::Scope;
 
 /// Whether a route takes an `Idempotency-Key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeyRequirement {
     /// A request without a key gets `400 idempotency_key_missing`; nothing runs.
     Required,

@@ -35,6 +35,7 @@ use std::time::Duration;
 /// It is absent on requests that pass through without a claim (ignored routes, and optional
 /// routes called without a key).
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct IdempotencyContext {
     /// `(scope, key)`.
     pub id: RecordKey,

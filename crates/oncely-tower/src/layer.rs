@@ -58,13 +58,10 @@ pub(crate) struct Config {
 /// use std::{sync::Arc, time::Duration};
 ///
 /// let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()))
-///     .with_policy(Policy {
-///         in_flight: InFlightBehavior::Wait {
-///             max: Duration::from_secs(5),
-///             poll: Duration::from_millis(50),
-///         },
-///         ..Policy::default()
-///     })
+///     .with_policy(Policy::default().with_in_flight(InFlightBehavior::Wait {
+///         max: Duration::from_secs(5),
+///         poll: Duration::from_millis(50),
+///     }))
 ///     .with_store_timeout(Duration::from_secs(2))
 ///     .with_fingerprint_headers(vec![http::HeaderName::from_static("x-api-version")]);
 /// # let _ = layer;
@@ -253,18 +250,12 @@ mod tests {
 
     #[test]
     fn invalid_policies_are_refused() {
-        let bad = Policy {
-            heartbeat: Duration::from_secs(30),
-            ..Policy::default()
-        };
+        let bad = Policy::default().with_heartbeat(Duration::from_secs(30));
         assert!(matches!(
             layer().try_with_policy(bad).unwrap_err(),
             PolicyError::HeartbeatNotShorterThanLease { .. }
         ));
-        let good = Policy {
-            lease: Duration::from_secs(60),
-            ..Policy::default()
-        };
+        let good = Policy::default().with_lease(Duration::from_secs(60));
         assert_eq!(
             layer().try_with_policy(good).unwrap().policy().lease,
             Duration::from_secs(60)
@@ -274,10 +265,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "invalid idempotency policy")]
     fn with_policy_panics_on_an_invalid_policy() {
-        let _ = layer().with_policy(Policy {
-            retention: Duration::from_secs(1),
-            ..Policy::default()
-        });
+        let _ = layer().with_policy(Policy::default().with_retention(Duration::from_secs(1)));
     }
 
     #[test]

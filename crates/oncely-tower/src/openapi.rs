@@ -16,7 +16,7 @@
 //! let mut doc = OpenApiBuilder::new()
 //!     .paths(PathsBuilder::new().path("/v1/payments", PathItem::new(HttpMethod::Post, op)))
 //!     .build();
-//! let policy = Policy { profile: StatusProfile::Stripe, ..Policy::default() };
+//! let policy = Policy::default().with_profile(StatusProfile::Stripe);
 //! IdempotencyDoc::new(&policy).modify(&mut doc);
 //!
 //! let json = serde_json::to_value(&doc).unwrap();
@@ -446,12 +446,10 @@ mod tests {
 
     #[test]
     fn every_layer_answer_is_documented_from_the_policy() {
-        let policy = Policy {
-            replay_window: Duration::from_secs(3600),
-            retry_after_secs: 2,
-            max_request_bytes: 4096,
-            ..Policy::default()
-        };
+        let policy = Policy::default()
+            .with_replay_window(Duration::from_secs(3600))
+            .with_retry_after_secs(2)
+            .with_max_request_bytes(4096);
         let doc = doc_with(PathItem::new(HttpMethod::Post, created()), &policy);
         let op = &doc["paths"]["/x"]["post"];
         let key = &op["parameters"][0];
@@ -513,13 +511,11 @@ mod tests {
 
     #[test]
     fn profiles_and_in_flight_modes_change_the_statuses() {
-        let resend = Policy {
-            profile: oncely_core::StatusProfile::Resend,
-            in_flight: InFlightBehavior::Accepted {
+        let resend = Policy::default()
+            .with_profile(oncely_core::StatusProfile::Resend)
+            .with_in_flight(InFlightBehavior::Accepted {
                 status_url: "/keys/{key}",
-            },
-            ..Policy::default()
-        };
+            });
         let doc = doc_with(PathItem::new(HttpMethod::Put, created()), &resend);
         let r = &doc["paths"]["/x"]["put"]["responses"];
         assert!(r.get("422").is_none());

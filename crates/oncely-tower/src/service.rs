@@ -344,14 +344,13 @@ where
             stored_headers.push(((*name).to_owned(), v.to_vec()));
         }
     }
-    let stored_request = StoredRequest {
-        method: parts.method.as_str().to_owned(),
-        uri: uri
-            .path_and_query()
+    let stored_request = StoredRequest::new(
+        parts.method.as_str(),
+        uri.path_and_query()
             .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned()),
-        headers: stored_headers,
-        body: body.to_vec(),
-    };
+        stored_headers,
+        body.to_vec(),
+    );
     drop(extra);
 
     let id = RecordKey::new(scope, key);
@@ -361,14 +360,14 @@ where
             policy.retry_after_secs,
         ));
     }
-    let claim = ClaimRequest {
-        id: id.clone(),
+    let claim = ClaimRequest::new(
+        id.clone(),
         fingerprint,
-        lease: policy.lease,
-        replay_window: policy.replay_window,
-        retention: policy.retention,
-        request: Some(stored_request),
-    };
+        policy.lease,
+        policy.replay_window,
+        policy.retention,
+    )
+    .with_request(Some(stored_request));
     #[cfg(feature = "metrics")]
     let started = std::time::Instant::now();
     let outcome = timed(&config, config.claimer.claim(claim, &mut parts.extensions)).await;
@@ -381,6 +380,7 @@ where
             Ok((ClaimOutcome::InFlight { .. }, _)) => "in_flight",
             Ok((ClaimOutcome::Mismatch, _)) => "mismatch",
             Ok((ClaimOutcome::NeedsAttention { .. }, _)) => "needs_attention",
+            Ok(_) => "unknown",
             Err(_) => "store_error",
         },
         started.elapsed(),
@@ -438,6 +438,11 @@ where
             attempts,
             recovery_point.as_deref(),
         )),
+        other => {
+            // An outcome this version does not know: fail closed, never run the handler.
+            tracing::warn!(scope = %id.scope, key = %id.key, outcome = ?other, "unknown claim outcome; failing closed with 503");
+            Ok(unavailable(&config))
+        }
     }
 }
 
@@ -670,6 +675,8 @@ async fn in_flight(
                     }
                     // Released: nothing was stored; the client's retry will claim it.
                     RecordState::Released => break,
+                    // A state this version does not know: answer 409 (never run the handler).
+                    _ => break,
                 },
                 // Gone, or now held by a different request: let the client retry.
                 Ok(_) => break,

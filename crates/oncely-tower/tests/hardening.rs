@@ -54,10 +54,7 @@ fn layer(
 ) -> IdempotencyLayer {
     IdempotencyLayer::new(store)
         .with_clock(clock)
-        .with_policy(Policy {
-            in_flight,
-            ..Policy::default()
-        })
+        .with_policy(Policy::default().with_in_flight(in_flight))
 }
 
 #[tokio::test(start_paused = true)]
@@ -214,14 +211,13 @@ async fn a_draining_layer_claims_nothing_new_and_suspends_what_still_runs() {
     assert!(lease_expires_at < oncely_core::Clock::now_millis(&clock));
     // A retry (on another instance, or after the restart) takes over at once.
     let outcome = store
-        .claim(ClaimRequest {
-            id: id("run"),
-            fingerprint: rec.fingerprint,
-            lease: Duration::from_secs(30),
-            replay_window: Duration::from_secs(86_400),
-            retention: Duration::from_secs(259_200),
-            request: None,
-        })
+        .claim(ClaimRequest::new(
+            id("run"),
+            rec.fingerprint,
+            Duration::from_secs(30),
+            Duration::from_secs(86_400),
+            Duration::from_secs(259_200),
+        ))
         .await
         .unwrap();
     assert!(

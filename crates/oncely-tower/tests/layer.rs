@@ -338,10 +338,8 @@ async fn every_status_profile_maps_the_codes() {
         (StatusProfile::Resend, 409),
     ] {
         let calls = Arc::new(AtomicUsize::new(0));
-        let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).with_policy(Policy {
-            profile,
-            ..Policy::default()
-        });
+        let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()))
+            .with_policy(Policy::default().with_profile(profile));
         let app = app(layer, counting_routes(calls));
         send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"n":1}"#)).await;
         let m = send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"n":2}"#)).await;
@@ -365,10 +363,7 @@ async fn every_status_profile_maps_the_codes() {
             MemoryStore::new(),
             Fault::FailAll,
         )))
-        .with_policy(Policy {
-            profile,
-            ..Policy::default()
-        });
+        .with_policy(Policy::default().with_profile(profile));
         let down = app_with(failing);
         let got = send(&down, post_req("/v1/orders", "a", Some("k"), "{}")).await;
         assert_eq!(got.status.as_u16(), 503);
@@ -449,10 +444,8 @@ async fn safe_methods_pass_through_untouched_and_optional_keys_are_optional() {
 #[tokio::test]
 async fn oversized_request_bodies_are_413_and_nothing_runs() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).with_policy(Policy {
-        max_request_bytes: 16,
-        ..Policy::default()
-    });
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()))
+        .with_policy(Policy::default().with_max_request_bytes(16));
     let metrics = layer.metrics();
     let app = app(layer, counting_routes(calls.clone()));
     // Declared length.
@@ -822,10 +815,8 @@ async fn streaming_response_over_the_cap_is_delivered_whole_then_not_retained() 
     const CHUNKS: &[&[u8]] = &[b"id,amount\n", b"1,100\n2,200\n", b"3,300\n"];
     let calls = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
-    let layer = IdempotencyLayer::new(store.clone()).with_policy(Policy {
-        max_response_bytes: 16,
-        ..Policy::default()
-    });
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_policy(Policy::default().with_max_response_bytes(16));
     let metrics = layer.metrics();
     let app = app(layer, streaming_routes(calls.clone(), CHUNKS));
     let first = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
@@ -894,10 +885,8 @@ async fn streaming_response_under_the_cap_replays_byte_identical() {
 async fn a_body_exactly_at_the_cap_is_retained() {
     let calls = Arc::new(AtomicUsize::new(0));
     const CHUNKS: &[&[u8]] = &[b"12345678", b"abcdefgh"];
-    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new())).with_policy(Policy {
-        max_response_bytes: 16,
-        ..Policy::default()
-    });
+    let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()))
+        .with_policy(Policy::default().with_max_response_bytes(16));
     let app = app(layer, streaming_routes(calls, CHUNKS));
     send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
     let replay = send(&app, post_req("/v1/exports", "a", Some("k"), "{}")).await;
@@ -938,12 +927,9 @@ async fn every_claim_outcome_is_mapped() {
         (got, calls.load(Ordering::SeqCst), store.writes(), seen)
     }
     let claim = |kind, rp: Option<&str>| {
-        ClaimOutcome::Claimed(Claim {
-            token: FencingToken(7),
-            lease_expires_at: 0,
-            recovery_point: rp.map(str::to_owned),
-            kind,
-        })
+        ClaimOutcome::Claimed(
+            Claim::new(FencingToken(7), 0, kind).with_recovery_point(rp.map(str::to_owned)),
+        )
     };
 
     let (got, calls, writes, seen) = run(claim(ClaimKind::New, None)).await;
@@ -972,13 +958,11 @@ async fn every_claim_outcome_is_mapped() {
     assert_eq!(got.json()["retryable"], true);
     assert_eq!(writes, vec!["claim"]);
 
-    let stored = StoredResponse {
-        status: 201,
-        headers: vec![("x-a".into(), b"1".to_vec()), ("x-a".into(), b"2".to_vec())],
-        body: b"stored".to_vec(),
-        body_retained: true,
-        trailers: Vec::new(),
-    };
+    let stored = StoredResponse::new(
+        201,
+        vec![("x-a".into(), b"1".to_vec()), ("x-a".into(), b"2".to_vec())],
+        b"stored".to_vec(),
+    );
     let (got, calls, _, _) = run(ClaimOutcome::Replay {
         response: stored.clone(),
         completed_at: 0,
@@ -995,11 +979,7 @@ async fn every_claim_outcome_is_mapped() {
     );
 
     let (got, calls, _, _) = run(ClaimOutcome::Replay {
-        response: StoredResponse {
-            body_retained: false,
-            body: Vec::new(),
-            ..stored
-        },
+        response: stored.with_body_retained(false),
         completed_at: 0,
     })
     .await;

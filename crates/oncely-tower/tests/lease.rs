@@ -397,13 +397,12 @@ async fn near_simultaneous_duplicates_execute_once() {
 #[tokio::test(start_paused = true)]
 async fn wait_mode_answers_409_at_its_bound_and_never_runs_the_handler() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let layer = IdempotencyLayer::new(Arc::new(paused_store())).with_policy(Policy {
-        in_flight: InFlightBehavior::Wait {
+    let layer = IdempotencyLayer::new(Arc::new(paused_store())).with_policy(
+        Policy::default().with_in_flight(InFlightBehavior::Wait {
             max: Duration::from_secs(1),
             poll: Duration::from_millis(100),
-        },
-        ..Policy::default()
-    });
+        }),
+    );
     let app = app(
         layer,
         slow_counting_routes(calls.clone(), Duration::from_secs(10)),
@@ -477,13 +476,12 @@ async fn wait_mode_stops_waiting_when_the_first_request_releases_its_key() {
             }
         }),
     );
-    let layer = IdempotencyLayer::new(Arc::new(paused_store())).with_policy(Policy {
-        in_flight: InFlightBehavior::Wait {
+    let layer = IdempotencyLayer::new(Arc::new(paused_store())).with_policy(
+        Policy::default().with_in_flight(InFlightBehavior::Wait {
             max: Duration::from_secs(5),
             poll: Duration::from_millis(50),
-        },
-        ..Policy::default()
-    });
+        }),
+    );
     let app = app(layer, routes);
     let req = || post_req("/v1/payments", "acct", Some("rel"), BODY);
     let first = spawn_send(&app, req());

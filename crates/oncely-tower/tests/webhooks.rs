@@ -229,13 +229,10 @@ async fn the_same_event_id_from_two_senders_is_two_events() {
 /// retries are), then counts: exactly one effect, every answer the same `200`.
 async fn storm(store: Arc<dyn KeyStore>, tasks: usize) {
     let effects = Arc::new(AtomicU64::new(0));
-    let policy = Policy {
-        in_flight: InFlightBehavior::Wait {
-            max: Duration::from_secs(10),
-            poll: Duration::from_millis(20),
-        },
-        ..Policy::default()
-    };
+    let policy = Policy::default().with_in_flight(InFlightBehavior::Wait {
+        max: Duration::from_secs(10),
+        poll: Duration::from_millis(20),
+    });
     let app = receiver(store.clone(), effects.clone(), policy);
     let id = unique("storm");
     let start = Arc::new(tokio::sync::Barrier::new(tasks));

@@ -216,10 +216,10 @@ pub fn layer(rest: IdempotencyLayer) -> GrpcIdempotencyLayer {
     match GrpcIdempotencyLayer::from_layer(rest.clone(), methods()) {
         Ok(l) => l,
         Err(_) => {
-            let policy = oncely_core::Policy {
-                in_flight: oncely_core::InFlightBehavior::Reject,
-                ..rest.policy().clone()
-            };
+            let policy = rest
+                .policy()
+                .clone()
+                .with_in_flight(oncely_core::InFlightBehavior::Reject);
             GrpcIdempotencyLayer::from_layer(rest.with_policy(policy), methods())
                 .unwrap_or_else(|e| unreachable!("reject is served: {e}"))
         }

@@ -131,19 +131,15 @@ mod tests {
     fn the_document_lints_clean_and_follows_the_policy() {
         let policies = [
             Policy::default(),
-            Policy {
-                profile: StatusProfile::Stripe,
-                replay_window: Duration::from_secs(3600),
-                retention: Duration::from_secs(3600),
-                ..Policy::default()
-            },
-            Policy {
-                profile: StatusProfile::Resend,
-                in_flight: InFlightBehavior::Accepted {
+            Policy::default()
+                .with_profile(StatusProfile::Stripe)
+                .with_replay_window(Duration::from_secs(3600))
+                .with_retention(Duration::from_secs(3600)),
+            Policy::default()
+                .with_profile(StatusProfile::Resend)
+                .with_in_flight(InFlightBehavior::Accepted {
                     status_url: "/v1/idempotency-keys/{key}",
-                },
-                ..Policy::default()
-            },
+                }),
         ];
         for policy in &policies {
             let doc = document(policy);

@@ -39,8 +39,10 @@ use crate::record::{
 use async_trait::async_trait;
 use std::time::Duration;
 
-/// What a claim asks for.
+/// What a claim asks for. Build it with [`ClaimRequest::new`] (the struct is
+/// `#[non_exhaustive]`: it may gain fields).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClaimRequest {
     /// `(scope, key)`.
     pub id: RecordKey,
@@ -57,8 +59,40 @@ pub struct ClaimRequest {
     pub request: Option<StoredRequest>,
 }
 
+impl ClaimRequest {
+    /// A claim of `id` by the request with `fingerprint`: hold it for `lease` (a zero lease is
+    /// raised to 1 millisecond), replay a completion for `replay_window`, keep the record for
+    /// `retention` (from now, and again from completion). It keeps no request for the completer;
+    /// set one with [`ClaimRequest::with_request`]. The three durations usually come from the
+    /// [`Policy`](crate::Policy): 30 seconds, 24 hours and 72 hours by default.
+    pub fn new(
+        id: RecordKey,
+        fingerprint: Fingerprint,
+        lease: Duration,
+        replay_window: Duration,
+        retention: Duration,
+    ) -> Self {
+        Self {
+            id,
+            fingerprint,
+            lease,
+            replay_window,
+            retention,
+            request: None,
+        }
+    }
+
+    /// Sets the request kept for the completer while the record is in flight (default `None`).
+    pub fn with_request(mut self, request: Option<StoredRequest>) -> Self {
+        self.request = request;
+        self
+    }
+}
+
 /// A successful claim: the caller now owns `(scope, key)` and must execute (or resume).
+/// Stores build it with [`Claim::new`] (the struct is `#[non_exhaustive]`: it may gain fields).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Claim {
     /// The token to carry on every later write.
     pub token: FencingToken,
@@ -70,8 +104,30 @@ pub struct Claim {
     pub kind: ClaimKind,
 }
 
+impl Claim {
+    /// A claim holding `token` until `lease_expires_at` (epoch milliseconds), granted for
+    /// `kind`, with no recovery point (set one with [`Claim::with_recovery_point`]).
+    pub fn new(token: FencingToken, lease_expires_at: UnixMillis, kind: ClaimKind) -> Self {
+        Self {
+            token,
+            lease_expires_at,
+            recovery_point: None,
+            kind,
+        }
+    }
+
+    /// Sets where a taken-over request resumes (default `None`).
+    pub fn with_recovery_point(mut self, recovery_point: Option<String>) -> Self {
+        self.recovery_point = recovery_point;
+        self
+    }
+}
+
 /// Why a claim was granted.
+///
+/// `#[non_exhaustive]`: a match outside this crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClaimKind {
     /// No record (or a released one): a first attempt.
     New,
@@ -82,7 +138,11 @@ pub enum ClaimKind {
 }
 
 /// The answer to a claim.
+///
+/// `#[non_exhaustive]`: a match outside this crate needs a wildcard arm, which must fail
+/// closed (never run the request on an outcome it does not know).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClaimOutcome {
     /// The caller owns the key.
     Claimed(Claim),
@@ -115,6 +175,10 @@ pub enum ClaimOutcome {
 }
 
 /// What [`decide`] tells a store to do.
+///
+/// Deliberately exhaustive (not `#[non_exhaustive]`): it is the contract between [`decide`] and
+/// every backend, so a new kind of decision must be a compile error in each backend rather than
+/// a wildcard arm nobody wrote for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Write a new in-flight record (insert, or overwrite a released or past-window one) with
@@ -217,6 +281,7 @@ pub fn lease_millis(lease: Duration) -> i64 {
 
 /// What the reaper did in one call (or, from the `jobs` feature's `reap_all`, in one pass).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReapReport {
     /// Records deleted (past retention).
     pub deleted: u64,
@@ -228,8 +293,23 @@ pub struct ReapReport {
     pub marked: u64,
 }
 
+impl ReapReport {
+    /// `deleted` records deleted, `orphaned` of them still in flight, `marked` marked records
+    /// still kept.
+    pub fn new(deleted: u64, orphaned: u64, marked: u64) -> Self {
+        Self {
+            deleted,
+            orphaned,
+            marked,
+        }
+    }
+}
+
 /// What the completer writes on an abandoned record with [`KeyStore::note_redrive`].
+///
+/// `#[non_exhaustive]`: a backend's match needs a wildcard arm (answer an error, write nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RedriveNote {
     /// One more re-drive is starting: count it, and list the record again no earlier than
     /// `backoff` from now.

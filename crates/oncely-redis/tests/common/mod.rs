@@ -47,27 +47,18 @@ pub fn fresh_id(test: &str) -> RecordKey {
 
 /// A claim request for `body` with the given lease.
 pub fn claim_req(id: &RecordKey, body: &str, lease: Duration) -> ClaimRequest {
-    ClaimRequest {
-        id: id.clone(),
-        fingerprint: fp(body),
-        lease,
-        replay_window: WINDOW,
-        retention: RETENTION,
-        request: None,
-    }
+    ClaimRequest::new(id.clone(), fp(body), lease, WINDOW, RETENTION)
 }
 
 /// A response whose body says who wrote it.
 pub fn response(body: &str) -> StoredResponse {
-    StoredResponse {
-        status: 201,
-        headers: vec![
+    StoredResponse::new(
+        201,
+        vec![
             ("content-type".into(), b"application/json".to_vec()),
             ("x-multi".into(), b"1".to_vec()),
             ("x-multi".into(), b"2".to_vec()),
         ],
-        body: body.as_bytes().to_vec(),
-        body_retained: true,
-        trailers: Vec::new(),
-    }
+        body.as_bytes().to_vec(),
+    )
 }

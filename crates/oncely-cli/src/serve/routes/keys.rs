@@ -149,6 +149,12 @@ pub async fn key_state(
                     "needs_attention": false, "redrive_attempts": redrives.attempts,
                     "lease_expires_at": lease_expires_at, "recovery_point": recovery_point,
                 }),
+                // A state this server does not know: say so rather than guess.
+                other => {
+                    return internal(anyhow::anyhow!(
+                        "the record of {key} is in a state this server does not know: {other:?}"
+                    ));
+                }
             }
         }
     };
