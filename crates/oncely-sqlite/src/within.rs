@@ -102,7 +102,7 @@ impl SqliteStore {
     /// A transactional claim in as few hops to the connection's worker thread as the
     /// hand-written minimum: one connection; first the plain read of the record, then (only if
     /// there is none) `BEGIN IMMEDIATE` and the claim's insert, all sent at once
-    /// ([`sql::READ_THEN_CLAIM`]). Returns the outcome and, when it is
+    /// (one multi-statement query). Returns the outcome and, when it is
     /// [`ClaimOutcome::Claimed`], the open transaction that holds the claim (commit it with the
     /// business writes; dropping it rolls the claim back).
     ///
