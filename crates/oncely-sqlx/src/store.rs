@@ -154,11 +154,13 @@ pub trait SqlStore: KeyStore + Clone {
     /// records its recovery point or its response. `hot` is true for the commit of the
     /// transaction that carries the claim (a single-phase handler's only commit).
     ///
-    /// Default: `true`. SQLite: releases the savepoint of [`SqlStore::mark_open`] ("no such
-    /// savepoint" means the transaction ended; in process, no I/O). PostgreSQL: one
-    /// `SELECT age(xmin) <= 0` of the record (was it written by this very transaction?), a
-    /// round trip, so it is skipped (`true`) when `hot`: sqlx keeps the server's transaction
-    /// status private, and no statement of the hot path can carry the check.
+    /// Default: `true`. SQLite: releases the savepoint every transaction opens with ("no such
+    /// savepoint" means the transaction ended; in process, no I/O), on the hot path too.
+    /// PostgreSQL: one `SELECT age(xmin) <= 0` of the record (was it written by this very
+    /// transaction?), a round trip, so it is skipped (`true`) when `hot` (sqlx keeps the
+    /// server's transaction status private, and no statement of the hot path can carry the
+    /// check) except after a fenced completion, where it tells a handler's own `ROLLBACK` from
+    /// a takeover.
     ///
     /// # Errors
     ///
@@ -275,9 +277,11 @@ delegate!(
 /// SQLite: the savepoint `oncely_tx` that every transaction of the store opens with (`BEGIN
 /// IMMEDIATE; SAVEPOINT oncely_tx` in one statement, or the claim's own hand-over), so marking
 /// it costs nothing; released before a phase records its recovery point, which tells whether
-/// it still exists: after a `COMMIT` or `ROLLBACK` behind the phase's back it does not. Like
-/// PostgreSQL's check, it is skipped on the hot path (the commit of the transaction carrying
-/// the claim), where it would be the one statement the floor does not send.
+/// it still exists: after a `COMMIT` or `ROLLBACK` behind the phase's back it does not. Unlike
+/// PostgreSQL's check it also runs on the hot path (the commit of the transaction carrying the
+/// claim; one hop to the connection's thread, no I/O): there a `COMMIT` behind the back would
+/// otherwise end in a failed `COMMIT` and a pooled connection whose transaction bookkeeping is
+/// wrong, failing the next request.
 #[cfg(feature = "sqlite")]
 mod sqlite_guard {
     use oncely_core::{RecordKey, StoreError};
@@ -290,11 +294,8 @@ mod sqlite_guard {
     pub(super) async fn still_open(
         conn: &mut SqliteConnection,
         _id: &RecordKey,
-        hot: bool,
+        _hot: bool,
     ) -> Result<bool, StoreError> {
-        if hot {
-            return Ok(true);
-        }
         match sqlx::query("RELEASE SAVEPOINT oncely_tx")
             .execute(&mut *conn)
             .await

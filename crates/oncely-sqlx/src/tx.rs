@@ -4,7 +4,7 @@
 use crate::error::{PhaseFailed, TxError, stopped_answer};
 use crate::store::SqlStore;
 use axum::response::{IntoResponse, Response};
-use oncely_core::{ClaimKind, FencingToken, RecordKey};
+use oncely_core::{ClaimKind, FencingToken, RecordKey, StoreError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{Database, Transaction};
@@ -130,8 +130,8 @@ impl<S: SqlStore> Clone for TxSlot<S> {
 ///
 /// Never run `COMMIT` or `ROLLBACK` through it: the phase would no longer be one unit.
 /// [`Tx::commit`] and [`Tx::checkpoint`] refuse to record anything on a transaction that ended
-/// early ([`TxError::TransactionEnded`]; on PostgreSQL not checked at the commit of the
-/// transaction that carries the claim). Nested `sqlx` transactions (savepoints) are fine.
+/// early ([`TxError::TransactionEnded`]; on PostgreSQL a `COMMIT` is not checked at the
+/// commit of the transaction that carries the claim). Nested `sqlx` transactions (savepoints) are fine.
 ///
 /// In axum, take it as a handler argument (it is an extractor); in plain tower, with
 /// [`Tx::from_extensions`].
@@ -303,6 +303,13 @@ impl<S: SqlStore> Tx<S> {
                 .await
             {
                 Ok(()) => tx.commit().await.map_err(TxError::from),
+                // Fenced on the hot path, where the guard was not asked (PostgreSQL): the
+                // usual cause is a takeover, but a handler's own `ROLLBACK` (the claim undone)
+                // looks the same; telling them apart costs a statement only on this rare path.
+                Err(StoreError::Fenced) if hot => match ensure_open(&sh, &mut tx, false).await {
+                    Ok(()) => Err(TxError::Fenced),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e.into()),
             }
         } else {
