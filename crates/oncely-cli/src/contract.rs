@@ -306,7 +306,19 @@ pub fn render(policy: &Policy) -> String {
             "unavailable",
             503,
             "yes",
-            "a read could not reach the database: retry later",
+            "a read could not reach the database: retry later (after `Retry-After`)",
+        ),
+        (
+            "not_ready",
+            503,
+            "yes",
+            "`GET /readyz` only: the key store does not answer yet (a server started while it was down)",
+        ),
+        (
+            "invalid_event",
+            400,
+            "no",
+            "`POST /webhooks/processor` only: a correctly signed delivery whose body is not JSON; nothing was applied (the sender should not redeliver it unchanged)",
         ),
     ] {
         let _ = writeln!(w, "| `{code}` | {status} | {retryable} | {meaning} |");
@@ -323,6 +335,10 @@ pub fn render(policy: &Policy) -> String {
         "- Not stored, key released (retry the same key, correcting the request if needed): \
          408, 409, 425, 429; validation errors that reject a request before any effect \
          (`validation_failed`, `invalid_json`); a 5xx whose transaction rolled back."
+    );
+    let _ = writeln!(
+        w,
+        "- A transactional handler's response committed with its writes (`oncely_sqlx`'s          `Tx::commit`) is stored and replayed whatever its status, 408, 409, 425, 429 and 5xx          included: its writes committed, so executing it again could repeat them. Such a          handler answers a retryable condition without committing (its transaction rolls          back and the key is released)."
     );
     let _ = writeln!(
         w,

@@ -283,13 +283,28 @@ pub enum PolicyError {
     #[error("the in-flight wait ({0:?}) must be at most 60 seconds (use the default 409 instead)")]
     WaitTooLong(Duration),
     /// A heartbeat not shorter than the lease lets a live owner lose its claim.
-    #[error("the heartbeat ({heartbeat:?}) must be shorter than the lease ({lease:?})")]
+    #[error(
+        "the heartbeat ({heartbeat:?}) must be shorter than the lease ({lease:?}): with a shorter lease, set `with_heartbeat` too (a third of the lease is usual)"
+    )]
     HeartbeatNotShorterThanLease {
         /// The heartbeat.
         heartbeat: Duration,
         /// The lease.
         lease: Duration,
     },
+    /// A zero heartbeat would renew the lease in a busy loop.
+    #[error("the heartbeat must be at least 1 millisecond")]
+    ZeroHeartbeat,
+    /// In wait mode, a poll interval under 1 millisecond polls the store in a busy loop.
+    #[error("the in-flight wait's poll interval ({0:?}) must be at least 1 millisecond")]
+    WaitPollTooShort(Duration),
+    /// `Retry-After: 0` tells every client to retry at once, in a tight loop (RFC 9110
+    /// section 10.2.3 gives seconds; the layer's floor is 1).
+    #[error("retry_after_secs must be at least 1 second")]
+    ZeroRetryAfter,
+    /// A zero body limit refuses every request body (`413`) or keeps no response for replay.
+    #[error("max_{0}_bytes must be at least 1 byte")]
+    ZeroBodyLimit(&'static str),
 }
 
 impl Policy {
@@ -316,7 +331,24 @@ impl Policy {
         {
             return Err(PolicyError::WaitTooLong(max));
         }
-        if self.heartbeat >= self.lease || self.heartbeat.is_zero() {
+        if let InFlightBehavior::Wait { poll, .. } = self.in_flight
+            && poll < Duration::from_millis(1)
+        {
+            return Err(PolicyError::WaitPollTooShort(poll));
+        }
+        if self.heartbeat.is_zero() {
+            return Err(PolicyError::ZeroHeartbeat);
+        }
+        if self.retry_after_secs == 0 {
+            return Err(PolicyError::ZeroRetryAfter);
+        }
+        if self.max_request_bytes == 0 {
+            return Err(PolicyError::ZeroBodyLimit("request"));
+        }
+        if self.max_response_bytes == 0 {
+            return Err(PolicyError::ZeroBodyLimit("response"));
+        }
+        if self.heartbeat >= self.lease {
             return Err(PolicyError::HeartbeatNotShorterThanLease {
                 heartbeat: self.heartbeat,
                 lease: self.lease,
@@ -337,6 +369,45 @@ mod tests {
         assert_eq!(p.replay_window, Duration::from_secs(86_400));
         assert_eq!(p.retention, Duration::from_secs(259_200));
         assert_eq!(p.lease, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn zero_intervals_and_limits_are_refused() {
+        assert_eq!(
+            Policy::new().with_heartbeat(Duration::ZERO).validate(),
+            Err(PolicyError::ZeroHeartbeat)
+        );
+        assert_eq!(
+            Policy::new().with_retry_after_secs(0).validate(),
+            Err(PolicyError::ZeroRetryAfter)
+        );
+        assert_eq!(
+            Policy::new().with_max_request_bytes(0).validate(),
+            Err(PolicyError::ZeroBodyLimit("request"))
+        );
+        assert_eq!(
+            Policy::new().with_max_response_bytes(0).validate(),
+            Err(PolicyError::ZeroBodyLimit("response"))
+        );
+        let busy = InFlightBehavior::Wait {
+            max: Duration::from_secs(1),
+            poll: Duration::ZERO,
+        };
+        assert_eq!(
+            Policy::new().with_in_flight(busy).validate(),
+            Err(PolicyError::WaitPollTooShort(Duration::ZERO))
+        );
+        // A short lease needs a shorter heartbeat, and the error says so.
+        let e = Policy::new()
+            .with_lease(Duration::from_secs(2))
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("with_heartbeat"), "{e}");
+        Policy::new()
+            .with_lease(Duration::from_secs(2))
+            .with_heartbeat(Duration::from_millis(600))
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -24,7 +24,9 @@
 //! store.migrate().await?;
 //! let app: Router = Router::new()
 //!     .route("/v1/orders", post(create_order))
-//!     .layer(oncely_sqlx::layer(store, oncely_core::Policy::default()));
+//!     // `route_layer`: a path that matches no route gets its 404 without a claim or a
+//!     // transaction.
+//!     .route_layer(oncely_sqlx::layer(store, oncely_core::Policy::default()));
 //! // Your authentication layer, outside this one, puts the caller's `oncely_core::Scope`
 //! // into the request extensions (see `oncely_tower::ExtensionScope`).
 //! # let _ = app; Ok(()) }

@@ -989,7 +989,7 @@ async fn transactional_end(
     lost_writes.then(|| {
         let p = Problem::from_code(
             ErrorCode::HandlerDidNotCommit,
-            "the server answered success without committing this request's transaction, so nothing of its last step was kept (a server bug); retry with the same key",
+            "the server answered success without committing this request's transaction, so nothing of its last step was kept: a server bug, not retried automatically; tell the API's operator",
         );
         config.dialect.render(&p, None)
     })

@@ -60,6 +60,7 @@ pub fn internal(e: anyhow::Error) -> Response {
         "the service's database could not answer; retry later",
     )
     .with_retryable(true)
+    .with_retry_after(1)
     .into_response()
 }
 
@@ -73,7 +74,11 @@ pub fn not_executed(
     detail: impl Into<String>,
     extra: Value,
 ) -> Response {
+    // One code, one title: a library code keeps the library's.
     let title = match status.as_u16() {
+        _ if oncely_core::ErrorCode::from_name(code).is_some() => {
+            oncely_core::ErrorCode::from_name(code).map_or("", oncely_core::ErrorCode::title)
+        }
         400 => "Malformed request",
         409 => "Conflict",
         415 => "Unsupported media type",
@@ -207,7 +212,7 @@ mod tests {
         let res = internal(anyhow::anyhow!("boom"));
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(res.headers()[X_SHOULD_RETRY], "true");
-        // As before: the database's 503 has no Retry-After.
-        assert!(res.headers().get(header::RETRY_AFTER).is_none());
+        // Retryable, so it says when: every retryable problem carries Retry-After.
+        assert_eq!(res.headers()[header::RETRY_AFTER], "1");
     }
 }

@@ -36,11 +36,11 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), Response> {
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             format!(
-                "send the body as JSON with Content-Type: application/json (got {:?})",
+                "send the body as JSON with Content-Type: application/json ({})",
                 if essence.is_empty() {
-                    "none"
+                    "no Content-Type was sent".to_owned()
                 } else {
-                    essence.as_str()
+                    format!("got {essence:?}")
                 }
             ),
             json!({}),
@@ -50,8 +50,20 @@ pub fn require_json(headers: &HeaderMap) -> Result<(), Response> {
 
 // axum's idiom: the rejection is the response itself.
 #[allow(clippy::result_large_err)]
-/// Parses a JSON body; a `400 invalid_json` problem otherwise.
+/// Parses a JSON object body; a `400 invalid_json` problem otherwise (also for valid JSON
+/// that is not an object: serde would read an array into a struct, field by field).
 pub fn parse_json<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
+    let first = body.iter().find(|b| !b" \t\r\n".contains(b));
+    if first.is_some_and(|b| *b != b'{')
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+    {
+        return Err(not_executed(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "the body must be a JSON object with the documented fields (see /openapi.json)",
+            json!({}),
+        ));
+    }
     serde_json::from_slice(body).map_err(|e| {
         // serde's message names Rust types ("struct PaymentRequest"): say it in the API's terms.
         let detail = if e.is_syntax() || e.is_eof() {
@@ -76,4 +88,41 @@ pub fn invalid(errors: Vec<Value>) -> Response {
         "the request has invalid fields; nothing was executed, correct it and retry with the same key",
         json!({ "errors": errors }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Payment {
+        #[allow(dead_code)]
+        amount: i64,
+    }
+
+    fn code(r: Result<Payment, Response>) -> StatusCode {
+        r.map_or_else(|resp| resp.status(), |_| StatusCode::OK)
+    }
+
+    #[test]
+    fn only_an_object_is_a_body() {
+        // serde reads a sequence into a struct field by field: `[1999]` would be a payment.
+        assert_eq!(
+            code(parse_json(&Bytes::from_static(b" [1999]"))),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            code(parse_json(&Bytes::from_static(b"1999"))),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            code(parse_json(&Bytes::from_static(b"\n{\"amount\": 1999}"))),
+            StatusCode::OK
+        );
+        // Not JSON at all: the syntax error is still what is reported.
+        assert_eq!(
+            code(parse_json(&Bytes::from_static(b"[1999"))),
+            StatusCode::BAD_REQUEST
+        );
+    }
 }
