@@ -74,18 +74,45 @@ pub(crate) const RENEW: &str = "UPDATE oncely_idempotency_keys SET lease_expires
 
 /// Record a recovery point and renew the lease. `?1` recovery point, `?2` lease expiry, `?3`
 /// scope, `?4` key, `?5` token.
-pub(crate) const CHECKPOINT: &str = "UPDATE oncely_idempotency_keys \
-     SET recovery_point = ?1, lease_expires_at = ?2 \
-     WHERE scope = ?3 AND key = ?4 AND token = ?5 AND state = 'in_flight'";
+macro_rules! checkpoint {
+    () => {
+        "UPDATE oncely_idempotency_keys \
+         SET recovery_point = ?1, lease_expires_at = ?2 \
+         WHERE scope = ?3 AND key = ?4 AND token = ?5 AND state = 'in_flight'"
+    };
+}
+pub(crate) const CHECKPOINT: &str = checkpoint!();
+/// [`CHECKPOINT`] in the transaction of a phase, after releasing the savepoint the transaction
+/// opened with (`oncely_tx`, see [`BEGIN_GUARDED`]): "no such savepoint" means the transaction
+/// ended behind the phase's back; one hop for both.
+/// It returns the token of the row it changed (`fetch_optional`: a multi-statement query's
+/// rows-affected count would also count the transaction's earlier changes, which SQLite reports
+/// again after the `RELEASE`).
+pub(crate) const CHECKPOINT_GUARDED: &str = concat!(
+    "RELEASE SAVEPOINT oncely_tx; ",
+    checkpoint!(),
+    " RETURNING token"
+);
 
 /// Store the response. `?1` status, `?2` headers, `?3` body, `?4` body retained (0/1), `?5`
 /// completed at, `?6` expires at, `?7` scope, `?8` key, `?9` token. The stored request is
 /// dropped: only the completer reads it, and only from in-flight records.
-pub(crate) const COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'complete', \
-     lease_expires_at = NULL, recovery_point = NULL, request = NULL, response_status = ?1, \
-     response_headers = ?2, response_body = ?3, response_body_retained = ?4, \
-     completed_at = ?5, expires_at = ?6 \
-     WHERE scope = ?7 AND key = ?8 AND token = ?9 AND state = 'in_flight'";
+macro_rules! complete {
+    () => {
+        "UPDATE oncely_idempotency_keys SET state = 'complete', \
+         lease_expires_at = NULL, recovery_point = NULL, request = NULL, response_status = ?1, \
+         response_headers = ?2, response_body = ?3, response_body_retained = ?4, \
+         completed_at = ?5, expires_at = ?6 \
+         WHERE scope = ?7 AND key = ?8 AND token = ?9 AND state = 'in_flight'"
+    };
+}
+pub(crate) const COMPLETE: &str = complete!();
+/// [`COMPLETE`] in the transaction of a phase, guarded as [`CHECKPOINT_GUARDED`].
+pub(crate) const COMPLETE_GUARDED: &str = concat!(
+    "RELEASE SAVEPOINT oncely_tx; ",
+    complete!(),
+    " RETURNING token"
+);
 
 /// Release the key (a tombstone that keeps the token; the stored request is dropped, as on
 /// completion). `?1` scope, `?2` key, `?3` token.

@@ -82,6 +82,11 @@ pub enum SqliteStoreError {
     /// A claim kept finding the row changed under its conditional write.
     #[error("the claim found the record changing under it {0} times in a row")]
     ClaimContention(usize),
+    /// A guarded write ([`SqliteStore::complete_guarded_in`],
+    /// [`SqliteStore::checkpoint_guarded_in`]) found the transaction's savepoint gone: the
+    /// transaction ended behind the phase's back (a `COMMIT` or `ROLLBACK` through it).
+    #[error("the phase's transaction ended behind its back (COMMIT or ROLLBACK through it)")]
+    TransactionEnded,
 }
 
 impl From<SqliteStoreError> for StoreError {

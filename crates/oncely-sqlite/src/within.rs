@@ -275,21 +275,57 @@ impl SqliteStore {
         recovery_point: &str,
         lease: Duration,
     ) -> Result<(), StoreError> {
+        self.checkpoint_with(false, conn, id, token, recovery_point, lease)
+            .await
+    }
+
+    /// [`SqliteStore::checkpoint_in`] inside a transaction that [`SqliteStore::begin_tx`] or
+    /// [`SqliteStore::claim_tx`] opened, checking in the same statement that it is still that
+    /// transaction (its savepoint `oncely_tx` exists; in process, no extra hop).
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::renew_in`], and [`SqliteStoreError::TransactionEnded`] (as
+    /// [`StoreError::Unavailable`]) when the transaction ended behind the phase's back; the
+    /// connection is then left inside a fresh empty transaction, so that the caller's
+    /// rollback ends it and the pool gets the connection back in order.
+    pub async fn checkpoint_guarded_in(
+        &self,
+        conn: &mut SqliteConnection,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.checkpoint_with(true, conn, id, token, recovery_point, lease)
+            .await
+    }
+
+    async fn checkpoint_with(
+        &self,
+        guard: bool,
+        conn: &mut SqliteConnection,
+        id: &RecordKey,
+        token: FencingToken,
+        recovery_point: &str,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
         let until = self
             .clock()
             .now_millis()
             .saturating_add(lease_millis(lease));
-        let rows = sqlx::query(sql::CHECKPOINT)
+        let statement = if guard {
+            sql::CHECKPOINT_GUARDED
+        } else {
+            sql::CHECKPOINT
+        };
+        let query = sqlx::query(statement)
             .bind(recovery_point)
             .bind(until)
             .bind(id.scope.as_str())
             .bind(id.key.as_str())
-            .bind(token.0)
-            .execute(conn)
-            .await
-            .map_err(map_sqlx)?
-            .rows_affected();
-        fenced_unless_one(rows)
+            .bind(token.0);
+        fenced_unless_one(changed(conn, query, guard).await?)
     }
 
     /// Stores the final response on `conn` (state complete, kept for `retention` from now), if
@@ -306,22 +342,55 @@ impl SqliteStore {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<(), StoreError> {
+        self.complete_with(false, conn, id, token, response, retention)
+            .await
+    }
+
+    /// [`SqliteStore::complete_in`] inside a transaction that [`SqliteStore::begin_tx`] or
+    /// [`SqliteStore::claim_tx`] opened, guarded as [`SqliteStore::checkpoint_guarded_in`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStore::checkpoint_guarded_in`].
+    pub async fn complete_guarded_in(
+        &self,
+        conn: &mut SqliteConnection,
+        id: &RecordKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
+        self.complete_with(true, conn, id, token, response, retention)
+            .await
+    }
+
+    async fn complete_with(
+        &self,
+        guard: bool,
+        conn: &mut SqliteConnection,
+        id: &RecordKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<(), StoreError> {
         let now = self.clock().now_millis();
-        let rows = sqlx::query(sql::COMPLETE)
+        let statement = if guard {
+            sql::COMPLETE_GUARDED
+        } else {
+            sql::COMPLETE
+        };
+        let headers = response.encode_headers();
+        let query = sqlx::query(statement)
             .bind(i64::from(response.status))
-            .bind(response.encode_headers())
+            .bind(headers)
             .bind(&response.body[..])
             .bind(i64::from(response.body_retained))
             .bind(now)
             .bind(now.saturating_add(duration_millis(retention)))
             .bind(id.scope.as_str())
             .bind(id.key.as_str())
-            .bind(token.0)
-            .execute(conn)
-            .await
-            .map_err(map_sqlx)?
-            .rows_affected();
-        fenced_unless_one(rows)
+            .bind(token.0);
+        fenced_unless_one(changed(conn, query, guard).await?)
     }
 
     /// Releases the claim on `conn` (the key behaves as absent again), if the record is still
@@ -345,5 +414,37 @@ impl SqliteStore {
             .map_err(map_sqlx)?
             .rows_affected();
         fenced_unless_one(rows)
+    }
+}
+
+/// Runs a phase write and counts the rows it changed. Guarded (the statement begins with the
+/// `RELEASE` of the transaction's savepoint and returns the changed row's token), "no such
+/// savepoint" means the transaction ended behind the phase's back: then
+/// [`SqliteStoreError::TransactionEnded`](crate::SqliteStoreError::TransactionEnded), after
+/// opening an empty transaction on `conn` for sqlx's bookkeeping (which still counts its own
+/// open) to end.
+async fn changed<'q>(
+    conn: &mut SqliteConnection,
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    guard: bool,
+) -> Result<u64, StoreError> {
+    if !guard {
+        return Ok(query
+            .execute(&mut *conn)
+            .await
+            .map_err(map_sqlx)?
+            .rows_affected());
+    }
+    match query.fetch_optional(&mut *conn).await {
+        Ok(row) => Ok(u64::from(row.is_some())),
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.message().contains("no such savepoint")) =>
+        {
+            // An error (ignored) if the handler already began another transaction.
+            let _ = sqlx::query("BEGIN").execute(conn).await;
+            Err(crate::SqliteStoreError::TransactionEnded.into())
+        }
+        Err(e) => Err(map_sqlx(e)),
     }
 }

@@ -154,9 +154,8 @@ pub trait SqlStore: KeyStore + Clone {
     /// records its recovery point or its response. `hot` is true for the commit of the
     /// transaction that carries the claim (a single-phase handler's only commit).
     ///
-    /// Default: `true`. SQLite: releases the savepoint every transaction opens with ("no such
-    /// savepoint" means the transaction ended; in process, no I/O), on the hot path too.
-    /// PostgreSQL: one `SELECT age(xmin) <= 0` of the record (was it written by this very
+    /// Default: `true`. SQLite: `true`, the check rides in the phase's write (see
+    /// [`SqlStore::ended_behind`]). PostgreSQL: one `SELECT age(xmin) <= 0` of the record (was it written by this very
     /// transaction?), a round trip, so it is skipped (`true`) when `hot` (sqlx keeps the
     /// server's transaction status private, and no statement of the hot path can carry the
     /// check) except after a fenced completion, where it tells a handler's own `ROLLBACK` from
@@ -174,12 +173,21 @@ pub trait SqlStore: KeyStore + Clone {
         let _ = (conn, id, hot);
         Ok(true)
     }
+
+    /// Whether `error`, from [`SqlStore::checkpoint_in`] or [`SqlStore::complete_in`], says
+    /// that the transaction ended behind the phase's back (a store whose writes carry the
+    /// check themselves). Default: `false`. SQLite: its phase writes release the savepoint
+    /// the transaction opened with, in the same statement.
+    fn ended_behind(&self, error: &StoreError) -> bool {
+        let _ = error;
+        false
+    }
 }
 
 /// Implements [`SqlStore`] by delegating to the store's inherent `*_in` methods, and the
 /// transaction guard to `$guard` (a module with `mark_open` and `still_open`).
 macro_rules! delegate {
-    ($store:ty, $db:ty, $guard:ident $(, $extra:item)*) => {
+    ($store:ty, $db:ty, $guard:ident, $checkpoint:ident, $complete:ident $(, $extra:item)*) => {
         #[async_trait]
         impl SqlStore for $store {
             type Database = $db;
@@ -222,7 +230,7 @@ macro_rules! delegate {
                 recovery_point: &str,
                 lease: Duration,
             ) -> Result<(), StoreError> {
-                <$store>::checkpoint_in(self, conn, id, token, recovery_point, lease).await
+                <$store>::$checkpoint(self, conn, id, token, recovery_point, lease).await
             }
 
             async fn complete_in(
@@ -233,7 +241,7 @@ macro_rules! delegate {
                 response: &StoredResponse,
                 retention: Duration,
             ) -> Result<(), StoreError> {
-                <$store>::complete_in(self, conn, id, token, response, retention).await
+                <$store>::$complete(self, conn, id, token, response, retention).await
             }
 
             async fn mark_open(
@@ -260,6 +268,18 @@ delegate!(
     oncely_sqlite::SqliteStore,
     sqlx::Sqlite,
     sqlite_guard,
+    checkpoint_guarded_in,
+    complete_guarded_in,
+    fn ended_behind(&self, error: &StoreError) -> bool {
+        matches!(
+            error,
+            StoreError::Unavailable(e)
+                if matches!(
+                    e.downcast_ref::<oncely_sqlite::SqliteStoreError>(),
+                    Some(oncely_sqlite::SqliteStoreError::TransactionEnded)
+                )
+        )
+    },
     async fn claim_tx(
         &self,
         req: &ClaimRequest,
@@ -271,15 +291,17 @@ delegate!(
 delegate!(
     oncely_postgres::PostgresStore,
     sqlx::Postgres,
-    postgres_guard
+    postgres_guard,
+    checkpoint_in,
+    complete_in
 );
 
 /// SQLite: the savepoint `oncely_tx` that every transaction of the store opens with (`BEGIN
 /// IMMEDIATE; SAVEPOINT oncely_tx` in one statement, or the claim's own hand-over), so marking
-/// it costs nothing; released before a phase records its recovery point, which tells whether
-/// it still exists: after a `COMMIT` or `ROLLBACK` behind the phase's back it does not. Unlike
-/// PostgreSQL's check it also runs on the hot path (the commit of the transaction carrying the
-/// claim; one hop to the connection's thread, no I/O): there a `COMMIT` behind the back would
+/// it costs nothing; the phase's own write (recovery point or response) releases it in the
+/// same statement, which tells whether it still exists: after a `COMMIT` or `ROLLBACK` behind
+/// the phase's back it does not. So it is checked on the hot path too (the commit of the
+/// transaction carrying the claim) at no extra hop: there a `COMMIT` behind the back would
 /// otherwise end in a failed `COMMIT` and a pooled connection whose transaction bookkeeping is
 /// wrong, failing the next request.
 #[cfg(feature = "sqlite")]
@@ -292,27 +314,13 @@ mod sqlite_guard {
     }
 
     pub(super) async fn still_open(
-        conn: &mut SqliteConnection,
+        _conn: &mut SqliteConnection,
         _id: &RecordKey,
         _hot: bool,
     ) -> Result<bool, StoreError> {
-        match sqlx::query("RELEASE SAVEPOINT oncely_tx")
-            .execute(&mut *conn)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_database_error()
-                    .is_some_and(|d| d.message().contains("no such savepoint")) =>
-            {
-                // sqlx still counts its transaction open and will roll it back: open one
-                // (an error, ignored, if the handler already did) so that the rollback ends a
-                // real transaction and the pooled connection's bookkeeping is right again.
-                let _ = sqlx::query("BEGIN").execute(conn).await;
-                Ok(false)
-            }
-            Err(e) => Err(StoreError::unavailable(e)),
-        }
+        // The check rides in the phase's own write (`checkpoint_guarded_in`,
+        // `complete_guarded_in`; see `ended_behind`).
+        Ok(true)
     }
 }
 

@@ -310,7 +310,7 @@ impl<S: SqlStore> Tx<S> {
                     Ok(()) => Err(TxError::Fenced),
                     Err(e) => Err(e),
                 },
-                Err(e) => Err(e.into()),
+                Err(e) => Err(ended_or(&sh, e)),
             }
         } else {
             // A split store: the intent, the business commit, then the stored response.
@@ -345,9 +345,14 @@ impl<S: SqlStore> Tx<S> {
             sh.state().phase_open = false;
             return Err(e);
         }
-        sh.store
+        if let Err(e) = sh
+            .store
             .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease)
-            .await?;
+            .await
+        {
+            sh.state().phase_open = false;
+            return Err(ended_or(sh, e));
+        }
         let committed = tx.commit().await;
         if let Err(e) = committed {
             sh.state().phase_open = false;
@@ -360,6 +365,25 @@ impl<S: SqlStore> Tx<S> {
     }
 }
 
+/// The error of a phase's write: [`TxError::TransactionEnded`] (logged) when the store's
+/// write found the transaction ended behind the phase's back ([`SqlStore::ended_behind`]).
+fn ended_or<S: SqlStore>(sh: &Shared<S>, e: StoreError) -> TxError {
+    if !sh.store.ended_behind(&e) {
+        return e.into();
+    }
+    log_ended(sh);
+    TxError::TransactionEnded
+}
+
+fn log_ended<S: SqlStore>(sh: &Shared<S>) {
+    tracing::error!(
+        scope = %sh.id.scope,
+        key = %sh.id.key,
+        token = sh.token.0,
+        "the handler ended its idempotent transaction itself (COMMIT or ROLLBACK through the Tx): nothing of this phase is recorded, and the key is not released (writes may have committed outside the phase)"
+    );
+}
+
 /// Refuses to record anything on a transaction that ended behind the phase's back (see
 /// [`SqlStore::still_open`] and [`TxError::TransactionEnded`]).
 async fn ensure_open<S: SqlStore>(
@@ -370,12 +394,7 @@ async fn ensure_open<S: SqlStore>(
     if sh.store.still_open(tx, &sh.id, hot).await? {
         return Ok(());
     }
-    tracing::error!(
-        scope = %sh.id.scope,
-        key = %sh.id.key,
-        token = sh.token.0,
-        "the handler ended its idempotent transaction itself (COMMIT or ROLLBACK through the Tx): nothing of this phase is recorded, and the key is not released (writes may have committed outside the phase)"
-    );
+    log_ended(sh);
     Err(TxError::TransactionEnded)
 }
 
