@@ -78,6 +78,12 @@ pub(crate) const CHECKPOINT: &str = "UPDATE oncely_idempotency_keys \
      SET recovery_point = ?1, lease_expires_at = ?2 \
      WHERE scope = ?3 AND key = ?4 AND token = ?5 AND state = 'in_flight'";
 
+/// [`CHECKPOINT`] that also stores the request deferred from a claim inside the caller's
+/// transaction: `?6` the encoded request (a stored one is kept).
+pub(crate) const CHECKPOINT_WITH_REQUEST: &str = "UPDATE oncely_idempotency_keys \
+     SET recovery_point = ?1, lease_expires_at = ?2, request = COALESCE(request, ?6) \
+     WHERE scope = ?3 AND key = ?4 AND token = ?5 AND state = 'in_flight'";
+
 /// Store the response. `?1` status, `?2` headers, `?3` body, `?4` body retained (0/1), `?5`
 /// completed at, `?6` expires at, `?7` scope, `?8` key, `?9` token. The stored request is
 /// dropped: only the completer reads it, and only from in-flight records.

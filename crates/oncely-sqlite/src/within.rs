@@ -102,7 +102,7 @@ impl SqliteStore {
     /// A transactional claim in as few hops to the connection's worker thread as the
     /// hand-written minimum: one connection; first the plain read of the record, then (only if
     /// there is none) `BEGIN IMMEDIATE` and the claim's insert, all sent at once
-    /// ([`sql::READ_THEN_CLAIM`]). Returns the outcome and, when it is
+    /// (`READ_THEN_CLAIM`). Returns the outcome and, when it is
     /// [`ClaimOutcome::Claimed`], the open transaction that holds the claim (commit it with the
     /// business writes; dropping it rolls the claim back).
     ///
@@ -262,7 +262,9 @@ impl SqliteStore {
     }
 
     /// Records `recovery_point` on `conn` and renews the lease to now plus `lease`, if the
-    /// record is still in flight with `token`.
+    /// record is still in flight with `token`. `request`, if given, is the encoded
+    /// [`StoredRequest`] that a claim inside the same transaction left out (nobody could read
+    /// it before a commit): it is stored unless the record already has one.
     ///
     /// # Errors
     ///
@@ -274,21 +276,27 @@ impl SqliteStore {
         token: FencingToken,
         recovery_point: &str,
         lease: Duration,
+        request: Option<&[u8]>,
     ) -> Result<(), StoreError> {
         let until = self
             .clock()
             .now_millis()
             .saturating_add(lease_millis(lease));
-        let rows = sqlx::query(sql::CHECKPOINT)
+        let query = if request.is_some() {
+            sql::CHECKPOINT_WITH_REQUEST
+        } else {
+            sql::CHECKPOINT
+        };
+        let mut q = sqlx::query(query)
             .bind(recovery_point)
             .bind(until)
             .bind(id.scope.as_str())
             .bind(id.key.as_str())
-            .bind(token.0)
-            .execute(conn)
-            .await
-            .map_err(map_sqlx)?
-            .rows_affected();
+            .bind(token.0);
+        if let Some(request) = request {
+            q = q.bind(request);
+        }
+        let rows = q.execute(conn).await.map_err(map_sqlx)?.rows_affected();
         fenced_unless_one(rows)
     }
 

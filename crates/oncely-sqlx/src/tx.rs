@@ -35,6 +35,9 @@ pub(crate) struct State {
     pub(crate) phase_open: bool,
     pub(crate) completed: bool,
     pub(crate) recovery_point: Option<String>,
+    /// The request the claim left out (an atomic store's claimer defers it), until a
+    /// checkpoint commits it.
+    pub(crate) deferred_request: Option<oncely_core::StoredRequest>,
 }
 
 impl<S: SqlStore> Shared<S> {
@@ -338,14 +341,20 @@ impl<S: SqlStore> Tx<S> {
             sh.state().phase_open = false;
             return Err(e);
         }
+        let request = sh
+            .state()
+            .deferred_request
+            .as_ref()
+            .map(oncely_core::StoredRequest::encode);
         sh.store
-            .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease)
+            .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease, request.as_deref())
             .await?;
         let committed = tx.commit().await;
         if let Err(e) = committed {
             sh.state().phase_open = false;
             return Err(e.into());
         }
+        sh.state().deferred_request = None;
         sh.committed_with(Some(rp));
         Ok(Between {
             shared: Arc::clone(&self.shared),
@@ -381,7 +390,7 @@ async fn split_finish<S: SqlStore>(
 ) -> Result<(), TxError> {
     if let Some(rp) = intent {
         sh.store
-            .checkpoint_in(&mut tx, &sh.id, sh.token, rp, sh.lease)
+            .checkpoint_in(&mut tx, &sh.id, sh.token, rp, sh.lease, None)
             .await?;
         *recorded = true;
     }
