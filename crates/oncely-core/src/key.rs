@@ -9,6 +9,7 @@
 //! minted by the client; the server never derives one from the request body.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The largest accepted key length, in characters (bytes: keys are ASCII).
 pub const MAX_KEY_LEN: usize = 255;
@@ -49,8 +50,10 @@ pub enum KeyError {
 /// assert_eq!(IdempotencyKey::parse(b"\"abc\"").unwrap().as_str(), "abc");
 /// assert!(IdempotencyKey::parse(b"").is_err());
 /// ```
+// `Arc<str>`: a claimed request's key is copied into its claim, its context, the drain's
+// register and the heartbeat, and a clone then costs no allocation.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey(Arc<str>);
 
 impl IdempotencyKey {
     /// Parses one header value.
@@ -62,10 +65,12 @@ impl IdempotencyKey {
     pub fn parse(raw: &[u8]) -> Result<Self, KeyError> {
         // Optional whitespace around a field value is not part of it (RFC 9110 section 5.5).
         let raw = trim_ows(raw);
-        let value: Vec<u8> = if raw.first() == Some(&b'"') {
-            unquote(raw)?
+        let unquoted;
+        let value: &[u8] = if raw.first() == Some(&b'"') {
+            unquoted = unquote(raw)?;
+            &unquoted
         } else {
-            raw.to_vec()
+            raw
         };
         if value.is_empty() {
             return Err(KeyError::Empty);
@@ -77,8 +82,8 @@ impl IdempotencyKey {
             return Err(KeyError::TooLong(value.len()));
         }
         // All bytes are ASCII, so this cannot fail.
-        String::from_utf8(value)
-            .map(Self)
+        std::str::from_utf8(value)
+            .map(|s| Self(Arc::from(s)))
             .map_err(|_| KeyError::NotVisibleAscii(0))
     }
 
@@ -165,14 +170,15 @@ fn unquote(raw: &[u8]) -> Result<Vec<u8>, KeyError> {
 /// Records are unique on `(scope, key)`, never on the key alone, so two tenants that pick the
 /// same key never see each other's responses. The scope must come from the server's own
 /// authentication, never from a client-supplied field.
+// `Arc<str>`, as `IdempotencyKey`.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Scope(String);
+pub struct Scope(Arc<str>);
 
 impl Scope {
     /// Wraps an authenticated identity (an account or tenant id). Any string is accepted;
     /// stores keep it verbatim.
     pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
+        Self(Arc::from(s.into()))
     }
 
     /// The scope as a string.

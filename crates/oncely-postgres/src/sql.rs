@@ -117,6 +117,14 @@ pub(crate) const CHECKPOINT: &str = concat!(
     owner_guard!()
 );
 
+/// [`CHECKPOINT`] that also stores the request deferred from a claim inside the caller's
+/// transaction: `$6` the encoded request (a stored one is kept).
+pub(crate) const CHECKPOINT_WITH_REQUEST: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET recovery_point = $4, lease_expires_at = $5, \
+     request = COALESCE(request, $6)",
+    owner_guard!()
+);
+
 /// Stores the response: `$4` now, `$5` status, `$6` encoded headers, `$7` body, `$8` body
 /// retained, `$9` expires_at. The recovery point is cleared (it only means something in flight),
 /// and so is the stored request (only the completer reads it, and only from in-flight records).

@@ -249,7 +249,9 @@ impl PostgresStore {
     }
 
     /// Records `recovery_point` on `conn` and renews the lease to now plus `lease`, if the
-    /// record is still in flight with `token`.
+    /// record is still in flight with `token`. `request`, if given, is the encoded
+    /// [`StoredRequest`] that a claim inside the same transaction left out (nobody could read
+    /// it before a commit): it is stored unless the record already has one.
     ///
     /// # Errors
     ///
@@ -261,20 +263,27 @@ impl PostgresStore {
         token: FencingToken,
         recovery_point: &str,
         lease: Duration,
+        request: Option<&[u8]>,
     ) -> Result<(), StoreError> {
         let until = self
             .clock()
             .now_millis()
             .saturating_add(lease_millis(lease));
-        let result = sqlx::query(sql::CHECKPOINT)
+        let query = if request.is_some() {
+            sql::CHECKPOINT_WITH_REQUEST
+        } else {
+            sql::CHECKPOINT
+        };
+        let mut q = sqlx::query(query)
             .bind(id.scope.as_str())
             .bind(id.key.as_str())
             .bind(token.0)
             .bind(recovery_point)
-            .bind(until)
-            .execute(conn)
-            .await
-            .map_err(map)?;
+            .bind(until);
+        if let Some(request) = request {
+            q = q.bind(request);
+        }
+        let result = q.execute(conn).await.map_err(map)?;
         fenced_unless_written(result)
     }
 

@@ -82,15 +82,26 @@ macro_rules! checkpoint {
     };
 }
 pub(crate) const CHECKPOINT: &str = checkpoint!();
-/// [`CHECKPOINT`] in the transaction of a phase, after releasing the savepoint the transaction
-/// opened with (`oncely_tx`, see [`BEGIN_GUARDED`]): "no such savepoint" means the transaction
-/// ended behind the phase's back; one hop for both.
-/// It returns the token of the row it changed (`fetch_optional`: a multi-statement query's
-/// rows-affected count would also count the transaction's earlier changes, which SQLite reports
-/// again after the `RELEASE`).
+
+/// [`CHECKPOINT`] that also stores the request deferred from a claim inside the caller's
+/// transaction: `?6` the encoded request (a stored one is kept).
+macro_rules! checkpoint_with_request {
+    () => {
+        "UPDATE oncely_idempotency_keys \
+         SET recovery_point = ?1, lease_expires_at = ?2, request = COALESCE(request, ?6) \
+         WHERE scope = ?3 AND key = ?4 AND token = ?5 AND state = 'in_flight'"
+    };
+}
+pub(crate) const CHECKPOINT_WITH_REQUEST: &str = checkpoint_with_request!();
+/// [`CHECKPOINT_WITH_REQUEST`] (`?6` may be NULL: no deferred request) in the transaction of a
+/// phase, after releasing the savepoint the transaction opened with (`oncely_tx`, see
+/// [`BEGIN_GUARDED`]): "no such savepoint" means the transaction ended behind the phase's back;
+/// one hop for both. It returns the token of the row it changed (`fetch_optional`: a
+/// multi-statement query's rows-affected count would also count the transaction's earlier
+/// changes, which SQLite reports again after the `RELEASE`).
 pub(crate) const CHECKPOINT_GUARDED: &str = concat!(
     "RELEASE SAVEPOINT oncely_tx; ",
-    checkpoint!(),
+    checkpoint_with_request!(),
     " RETURNING token"
 );
 

@@ -475,8 +475,15 @@ impl KeyStore for SqliteStore {
         recovery_point: &str,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        self.checkpoint_in(&mut *self.conn().await?, id, token, recovery_point, lease)
-            .await
+        self.checkpoint_in(
+            &mut *self.conn().await?,
+            id,
+            token,
+            recovery_point,
+            lease,
+            None,
+        )
+        .await
     }
 
     async fn complete(

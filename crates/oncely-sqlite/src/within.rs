@@ -262,7 +262,9 @@ impl SqliteStore {
     }
 
     /// Records `recovery_point` on `conn` and renews the lease to now plus `lease`, if the
-    /// record is still in flight with `token`.
+    /// record is still in flight with `token`. `request`, if given, is the encoded
+    /// [`StoredRequest`] that a claim inside the same transaction left out (nobody could read
+    /// it before a commit): it is stored unless the record already has one.
     ///
     /// # Errors
     ///
@@ -274,8 +276,9 @@ impl SqliteStore {
         token: FencingToken,
         recovery_point: &str,
         lease: Duration,
+        request: Option<&[u8]>,
     ) -> Result<(), StoreError> {
-        self.checkpoint_with(false, conn, id, token, recovery_point, lease)
+        self.checkpoint_with(false, conn, id, token, recovery_point, lease, request)
             .await
     }
 
@@ -296,11 +299,13 @@ impl SqliteStore {
         token: FencingToken,
         recovery_point: &str,
         lease: Duration,
+        request: Option<&[u8]>,
     ) -> Result<(), StoreError> {
-        self.checkpoint_with(true, conn, id, token, recovery_point, lease)
+        self.checkpoint_with(true, conn, id, token, recovery_point, lease, request)
             .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn checkpoint_with(
         &self,
         guard: bool,
@@ -309,22 +314,26 @@ impl SqliteStore {
         token: FencingToken,
         recovery_point: &str,
         lease: Duration,
+        request: Option<&[u8]>,
     ) -> Result<(), StoreError> {
         let until = self
             .clock()
             .now_millis()
             .saturating_add(lease_millis(lease));
-        let statement = if guard {
-            sql::CHECKPOINT_GUARDED
-        } else {
-            sql::CHECKPOINT
+        let statement = match (guard, request.is_some()) {
+            (true, _) => sql::CHECKPOINT_GUARDED,
+            (false, true) => sql::CHECKPOINT_WITH_REQUEST,
+            (false, false) => sql::CHECKPOINT,
         };
-        let query = sqlx::query(statement)
+        let mut query = sqlx::query(statement)
             .bind(recovery_point)
             .bind(until)
             .bind(id.scope.as_str())
             .bind(id.key.as_str())
             .bind(token.0);
+        if guard || request.is_some() {
+            query = query.bind(request);
+        }
         fenced_unless_one(changed(conn, query, guard).await?)
     }
 

@@ -53,9 +53,18 @@ impl<S: SqlStore> fmt::Debug for TransactionalClaimer<S> {
 impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
     async fn claim(
         &self,
-        req: ClaimRequest,
+        mut req: ClaimRequest,
         extensions: &mut http::Extensions,
     ) -> Result<(ClaimOutcome, Option<Arc<dyn ClaimProgress>>), StoreError> {
+        // On an atomic store nobody reads the record before the claim's transaction commits,
+        // and a single-phase request clears the stored request again at its completion in the
+        // same commit: the request is stored with the first checkpoint instead, the first
+        // commit after which the completer may need it (see `SqlStore::checkpoint_in`).
+        let deferred = if self.store.atomic() {
+            req.request.take()
+        } else {
+            None
+        };
         let (outcome, tx) = self.store.claim_tx(&req).await?;
         let (ClaimOutcome::Claimed(claim), Some(mut tx)) = (&outcome, tx) else {
             // Nothing was written (an answer comes without a transaction).
@@ -76,6 +85,7 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
                 phase_open: true,
                 completed: false,
                 recovery_point: claim.recovery_point.clone(),
+                deferred_request: deferred,
             }),
             first: Mutex::new(Some(tx)),
             on_commit: Mutex::new(None),

@@ -170,7 +170,10 @@ impl<DB: Database> SqlStore for Split<DB> {
         token: FencingToken,
         recovery_point: &str,
         lease: Duration,
+        _request: Option<&[u8]>,
     ) -> Result<(), StoreError> {
+        // The claim stored the request in the key store already (the claimer defers it only
+        // on atomic stores).
         self.keys.checkpoint(id, token, recovery_point, lease).await
     }
 

@@ -104,7 +104,13 @@ pub trait SqlStore: KeyStore + Clone {
         lease: Duration,
     ) -> Result<UnixMillis, StoreError>;
 
-    /// Records a recovery point (and renews the lease).
+    /// Records a recovery point (and renews the lease). `request`, if given, is the encoded
+    /// [`StoredRequest`](oncely_core::StoredRequest) of the request, stored with it unless the
+    /// record has one: on an [`atomic`](SqlStore::atomic) store the claimer leaves it out of
+    /// the claim (nobody can read the record before its transaction commits, and a
+    /// single-phase request clears it again at completion) and hands it to the first
+    /// checkpoint, from which on the completer may need it. A non-atomic store stores it at
+    /// the claim and is always given `None`.
     ///
     /// # Errors
     ///
@@ -116,6 +122,7 @@ pub trait SqlStore: KeyStore + Clone {
         token: FencingToken,
         recovery_point: &str,
         lease: Duration,
+        request: Option<&[u8]>,
     ) -> Result<(), StoreError>;
 
     /// Stores the final response (the record replays it from the commit on).
@@ -229,8 +236,10 @@ macro_rules! delegate {
                 token: FencingToken,
                 recovery_point: &str,
                 lease: Duration,
+                request: Option<&[u8]>,
             ) -> Result<(), StoreError> {
-                <$store>::$checkpoint(self, conn, id, token, recovery_point, lease).await
+                <$store>::$checkpoint(self, conn, id, token, recovery_point, lease, request)
+                    .await
             }
 
             async fn complete_in(

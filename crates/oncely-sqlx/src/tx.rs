@@ -35,6 +35,9 @@ pub(crate) struct State {
     pub(crate) phase_open: bool,
     pub(crate) completed: bool,
     pub(crate) recovery_point: Option<String>,
+    /// The request the claim left out (an atomic store's claimer defers it), until a
+    /// checkpoint commits it.
+    pub(crate) deferred_request: Option<oncely_core::StoredRequest>,
 }
 
 impl<S: SqlStore> Shared<S> {
@@ -345,9 +348,14 @@ impl<S: SqlStore> Tx<S> {
             sh.state().phase_open = false;
             return Err(e);
         }
+        let request = sh
+            .state()
+            .deferred_request
+            .as_ref()
+            .map(oncely_core::StoredRequest::encode);
         if let Err(e) = sh
             .store
-            .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease)
+            .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease, request.as_deref())
             .await
         {
             sh.state().phase_open = false;
@@ -358,6 +366,7 @@ impl<S: SqlStore> Tx<S> {
             sh.state().phase_open = false;
             return Err(e.into());
         }
+        sh.state().deferred_request = None;
         sh.committed_with(Some(rp));
         Ok(Between {
             shared: Arc::clone(&self.shared),
@@ -407,7 +416,7 @@ async fn split_finish<S: SqlStore>(
 ) -> Result<(), TxError> {
     if let Some(rp) = intent {
         sh.store
-            .checkpoint_in(&mut tx, &sh.id, sh.token, rp, sh.lease)
+            .checkpoint_in(&mut tx, &sh.id, sh.token, rp, sh.lease, None)
             .await?;
         *recorded = true;
     }

@@ -120,6 +120,7 @@ impl<DB: Database> SqlStore for UnclaimedStore<DB> {
         _: FencingToken,
         _: &str,
         _: Duration,
+        _: Option<&[u8]>,
     ) -> Result<(), StoreError> {
         Ok(())
     }
@@ -163,6 +164,7 @@ pub async fn attach_unclaimed<DB: Database>(
             phase_open: true,
             completed: false,
             recovery_point: None,
+            deferred_request: None,
         }),
         first: Mutex::new(Some(tx)),
         on_commit: Mutex::new(None),

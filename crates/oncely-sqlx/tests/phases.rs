@@ -768,12 +768,40 @@ async fn a_takeover_resumes_with_its_step<S: Db>() {
     let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
     let rp: Step = serde_json::from_str(rec.recovery_point().unwrap()).unwrap();
     assert!(matches!(rp, Step::Recorded { .. }));
+    // The abandoned record carries its request for the completer: the claim left it out (an
+    // atomic store), the first checkpoint stored it.
+    let abandoned = h
+        .app
+        .store
+        .list_abandoned(Duration::ZERO, 100)
+        .await
+        .unwrap();
+    let listed = abandoned
+        .iter()
+        .find(|r| r.key.as_str() == k)
+        .expect("the crashed request is listed as abandoned");
+    let stored = listed.request.as_ref().expect("the stored request");
+    assert_eq!(stored.method, "POST");
+    assert_eq!(stored.uri, "/multi");
+    assert_eq!(stored.body, b"order 1");
+    assert!(
+        stored
+            .headers
+            .iter()
+            .any(|(n, v)| n == "content-type" && v == b"text/plain"),
+        "{:?}",
+        stored.headers
+    );
     let retry = send(&h.router, request("/multi", &k, &[])).await;
     assert_eq!(retry.status, 201);
     let rec = h.app.store.get(&rid(&k)).await.unwrap().unwrap();
     assert_eq!(
         rec.token.0, 2,
         "the retry took over with a new fencing token"
+    );
+    assert!(
+        rec.request.is_none(),
+        "a completion drops the stored request"
     );
 }
 

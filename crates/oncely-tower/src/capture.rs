@@ -239,6 +239,18 @@ pub(crate) async fn capture(mut body: Body, limit: usize) -> Captured {
             }
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => {
+                    // A body that is one data frame (a handler's buffered response, the usual
+                    // case) is kept as it is, without copying it into `buf`.
+                    if buf.is_empty()
+                        && trailers.is_none()
+                        && data.len() <= limit
+                        && http_body::Body::is_end_stream(&body)
+                    {
+                        return Captured::Complete {
+                            data,
+                            trailers: None,
+                        };
+                    }
                     buf.extend_from_slice(&data);
                     if buf.len() > limit {
                         return Captured::Overflow {
@@ -390,6 +402,37 @@ mod tests {
         let body = c.into_body();
         assert_eq!(http_body::Body::size_hint(&body).exact(), Some(6));
         assert_eq!(&body.collect().await.unwrap().to_bytes()[..], b"abcdef");
+    }
+
+    #[tokio::test]
+    async fn a_one_frame_body_is_captured_without_a_copy() {
+        let sent = Bytes::from(b"{\"id\":1}".to_vec());
+        let c = capture(
+            Body::new(Full::new(sent.clone()).map_err(|n| match n {})),
+            64,
+        )
+        .await;
+        let Captured::Complete { data, trailers } = &c else {
+            panic!("expected complete")
+        };
+        assert_eq!(data.as_ptr(), sent.as_ptr(), "the frame's own bytes");
+        assert_eq!(&data[..], b"{\"id\":1}");
+        assert!(trailers.is_none());
+        assert_eq!(
+            &c.into_body().collect().await.unwrap().to_bytes()[..],
+            &sent[..]
+        );
+        // Over the limit, the one frame is still an overflow.
+        let c = capture(
+            Body::new(Full::new(sent.clone()).map_err(|n| match n {})),
+            3,
+        )
+        .await;
+        assert!(matches!(c, Captured::Overflow { .. }));
+        assert_eq!(
+            &c.into_body().collect().await.unwrap().to_bytes()[..],
+            &sent[..]
+        );
     }
 
     #[tokio::test]
