@@ -217,7 +217,7 @@ fn unlogged(db: Db, variant: &str) -> (&'static str, usize, usize) {
         (Db::Postgres, "layer replay") => ("BEGIN; ROLLBACK (queued on drop)", 2, 0),
         (Db::Postgres, _) => ("BEGIN", 1, 0),
         (Db::Sqlite, "layer replay") => ("", 0, 0),
-        (Db::Sqlite, "layer") => ("SAVEPOINT oncely_claim; COMMIT", 2, 1),
+        (Db::Sqlite, "layer") => ("SAVEPOINT oncely_tx; COMMIT", 2, 1),
         (Db::Sqlite, _) => ("BEGIN IMMEDIATE; COMMIT", 2, 1),
     }
 }
