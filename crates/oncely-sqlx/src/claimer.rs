@@ -66,11 +66,10 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
             None
         };
         let (outcome, tx) = self.store.claim_tx(&req).await?;
-        let (ClaimOutcome::Claimed(claim), Some(mut tx)) = (&outcome, tx) else {
+        let (ClaimOutcome::Claimed(claim), Some(tx)) = (&outcome, tx) else {
             // Nothing was written (an answer comes without a transaction).
             return Ok((outcome, None));
         };
-        self.store.mark_open(&mut tx).await?;
         let shared = Arc::new(Shared {
             store: self.store.clone(),
             id: req.id.clone(),

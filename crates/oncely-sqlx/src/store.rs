@@ -139,21 +139,6 @@ pub trait SqlStore: KeyStore + Clone {
         retention: Duration,
     ) -> Result<(), StoreError>;
 
-    /// Marks, on `conn`, the transaction [`SqlStore::begin`] opened, right after its claim or
-    /// its fencing write, so that [`SqlStore::still_open`] can tell later whether it is still
-    /// that transaction. Default: nothing. SQLite: `SAVEPOINT oncely_tx` (in process, no I/O).
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Unavailable`].
-    async fn mark_open(
-        &self,
-        conn: &mut <Self::Database as Database>::Connection,
-    ) -> Result<(), StoreError> {
-        let _ = conn;
-        Ok(())
-    }
-
     /// Whether the transaction [`SqlStore::begin`] opened for `id` is still open on `conn`:
     /// `false` when it ended behind the phase's back (the handler ran `COMMIT` or `ROLLBACK`
     /// through the [`Tx`](crate::Tx), or the database rolled it back by itself), so that what
@@ -161,7 +146,10 @@ pub trait SqlStore: KeyStore + Clone {
     /// records its recovery point or its response. `hot` is true for the commit of the
     /// transaction that carries the claim (a single-phase handler's only commit).
     ///
-    /// Default: `true`. SQLite: `true`, the check rides in the phase's write (see
+    /// Default: `true`. SQLite keeps the default: every transaction of the store opens with the
+    /// savepoint `oncely_tx` (`BEGIN IMMEDIATE; SAVEPOINT oncely_tx`, or the claim's own
+    /// hand-over), and the phase's own write releases it in the same statement, so the check
+    /// rides in that write, on the hot path too, at no extra hop (see
     /// [`SqlStore::ended_behind`]). PostgreSQL: one `SELECT age(xmin) <= 0` of the record (was it written by this very
     /// transaction?), a round trip, so it is skipped (`true`) when `hot` (sqlx keeps the
     /// server's transaction status private, and no statement of the hot path can carry the
@@ -191,10 +179,10 @@ pub trait SqlStore: KeyStore + Clone {
     }
 }
 
-/// Implements [`SqlStore`] by delegating to the store's inherent `*_in` methods, and the
-/// transaction guard to `$guard` (a module with `mark_open` and `still_open`).
+/// Implements [`SqlStore`] by delegating to the store's inherent `*_in` methods (`$checkpoint`
+/// and `$complete` for the phase writes), plus `$extra` items (the transaction guard).
 macro_rules! delegate {
-    ($store:ty, $db:ty, $guard:ident, $checkpoint:ident, $complete:ident $(, $extra:item)*) => {
+    ($store:ty, $db:ty, $checkpoint:ident, $complete:ident $(, $extra:item)*) => {
         #[async_trait]
         impl SqlStore for $store {
             type Database = $db;
@@ -252,22 +240,6 @@ macro_rules! delegate {
             ) -> Result<(), StoreError> {
                 <$store>::$complete(self, conn, id, token, response, retention).await
             }
-
-            async fn mark_open(
-                &self,
-                conn: &mut <$db as Database>::Connection,
-            ) -> Result<(), StoreError> {
-                $guard::mark_open(conn).await
-            }
-
-            async fn still_open(
-                &self,
-                conn: &mut <$db as Database>::Connection,
-                id: &RecordKey,
-                hot: bool,
-            ) -> Result<bool, StoreError> {
-                $guard::still_open(conn, id, hot).await
-            }
         }
     };
 }
@@ -276,7 +248,6 @@ macro_rules! delegate {
 delegate!(
     oncely_sqlite::SqliteStore,
     sqlx::Sqlite,
-    sqlite_guard,
     checkpoint_guarded_in,
     complete_guarded_in,
     fn ended_behind(&self, error: &StoreError) -> bool {
@@ -300,38 +271,17 @@ delegate!(
 delegate!(
     oncely_postgres::PostgresStore,
     sqlx::Postgres,
-    postgres_guard,
     checkpoint_in,
-    complete_in
-);
-
-/// SQLite: the savepoint `oncely_tx` that every transaction of the store opens with (`BEGIN
-/// IMMEDIATE; SAVEPOINT oncely_tx` in one statement, or the claim's own hand-over), so marking
-/// it costs nothing; the phase's own write (recovery point or response) releases it in the
-/// same statement, which tells whether it still exists: after a `COMMIT` or `ROLLBACK` behind
-/// the phase's back it does not. So it is checked on the hot path too (the commit of the
-/// transaction carrying the claim) at no extra hop: there a `COMMIT` behind the back would
-/// otherwise end in a failed `COMMIT` and a pooled connection whose transaction bookkeeping is
-/// wrong, failing the next request.
-#[cfg(feature = "sqlite")]
-mod sqlite_guard {
-    use oncely_core::{RecordKey, StoreError};
-    use sqlx::SqliteConnection;
-
-    pub(super) async fn mark_open(_conn: &mut SqliteConnection) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    pub(super) async fn still_open(
-        _conn: &mut SqliteConnection,
-        _id: &RecordKey,
-        _hot: bool,
+    complete_in,
+    async fn still_open(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        id: &RecordKey,
+        hot: bool,
     ) -> Result<bool, StoreError> {
-        // The check rides in the phase's own write (`checkpoint_guarded_in`,
-        // `complete_guarded_in`; see `ended_behind`).
-        Ok(true)
+        postgres_guard::still_open(conn, id, hot).await
     }
-}
+);
 
 /// PostgreSQL: a row this transaction wrote (the claim, or the phase's fencing write) has
 /// `age(xmin) = 0` (or below, from a subtransaction) only while that transaction is open;
@@ -341,10 +291,6 @@ mod sqlite_guard {
 mod postgres_guard {
     use oncely_core::{RecordKey, StoreError};
     use sqlx::PgConnection;
-
-    pub(super) async fn mark_open(_conn: &mut PgConnection) -> Result<(), StoreError> {
-        Ok(())
-    }
 
     pub(super) async fn still_open(
         conn: &mut PgConnection,

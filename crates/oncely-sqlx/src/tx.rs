@@ -466,12 +466,7 @@ impl<S: SqlStore> Between<S> {
         }
         let mut tx = sh.store.begin().await?;
         sh.state().phase_open = true;
-        let tx_result = sh.store.renew_in(&mut tx, &sh.id, sh.token, sh.lease).await;
-        let tx_result = match tx_result {
-            Ok(_) => sh.store.mark_open(&mut tx).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = tx_result {
+        if let Err(e) = sh.store.renew_in(&mut tx, &sh.id, sh.token, sh.lease).await {
             sh.state().phase_open = false;
             return Err(e.into());
         }
