@@ -193,7 +193,11 @@ fn v1(parts: &RequestParts<'_>, refuse: bool) -> Result<Fingerprint, Fingerprint
     let mut h = Sha256::new();
     frame(&mut h, b"oncely-fingerprint");
     h.update(FINGERPRINT_VERSION.to_be_bytes());
-    frame(&mut h, parts.method.to_ascii_uppercase().as_bytes());
+    if parts.method.bytes().any(|b| b.is_ascii_lowercase()) {
+        frame(&mut h, parts.method.to_ascii_uppercase().as_bytes());
+    } else {
+        frame(&mut h, parts.method.as_bytes());
+    }
     frame(&mut h, parts.path.as_bytes());
     match parts.query {
         Some(q) => {
@@ -202,10 +206,7 @@ fn v1(parts: &RequestParts<'_>, refuse: bool) -> Result<Fingerprint, Fingerprint
         }
         None => h.update([0]),
     }
-    let essence = parts
-        .content_type
-        .map(media_type_essence)
-        .unwrap_or_default();
+    let essence = parts.content_type.map(essence_of).unwrap_or_default();
     frame(&mut h, essence.as_bytes());
     let mut canonical = false;
     if is_json_media_type(&essence) {
@@ -246,6 +247,21 @@ pub fn media_type_essence(content_type: &[u8]) -> String {
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase()
+}
+
+/// [`media_type_essence`], borrowed from `content_type` when it is plain lower-case ASCII
+/// (the usual case: no allocation on the hot path).
+fn essence_of(content_type: &[u8]) -> std::borrow::Cow<'_, str> {
+    let head = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default();
+    if head.iter().all(|b| b.is_ascii() && !b.is_ascii_uppercase())
+        && let Ok(s) = std::str::from_utf8(head)
+    {
+        return std::borrow::Cow::Borrowed(s.trim());
+    }
+    std::borrow::Cow::Owned(media_type_essence(content_type))
 }
 
 /// Whether a media type essence is JSON (`application/json` or a `+json` suffix, RFC 6839).
@@ -523,6 +539,27 @@ mod tests {
         fn fingerprint_never_panics(body in proptest::collection::vec(any::<u8>(), 0..512), ct in "[a-z/+;= -]{0,30}") {
             let _ = fp("POST", "/p", Some(&ct), &body);
             let _ = fp("POST", "/p", JSON, &body);
+        }
+
+        /// The borrowed fast path reads a `Content-Type` exactly as `media_type_essence` does,
+        /// for any bytes (upper case, parameters, spaces, non-ASCII, invalid UTF-8).
+        #[test]
+        fn the_borrowed_essence_is_the_essence(ct in proptest::collection::vec(prop_oneof![
+            Just(b'a'), Just(b'J'), Just(b'/'), Just(b'+'), Just(b';'), Just(b' '), Just(b'\t'),
+            Just(0xC3), Just(0xA9), Just(0xFF), any::<u8>()
+        ], 0..24)) {
+            let (fast, slow) = (essence_of(&ct), media_type_essence(&ct));
+            prop_assert_eq!(fast.as_ref(), slow.as_str());
+        }
+
+        /// A lower-case method and its upper-case form give one fingerprint (methods are
+        /// compared case-insensitively here, as before the fast path).
+        #[test]
+        fn method_case_does_not_matter(m in "[a-zA-Z]{1,8}") {
+            prop_assert_eq!(
+                fp(&m, "/p", JSON, b"{}"),
+                fp(&m.to_ascii_uppercase(), "/p", JSON, b"{}")
+            );
         }
     }
 }

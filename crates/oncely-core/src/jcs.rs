@@ -149,13 +149,20 @@ pub(crate) fn hash_framed(body: &[u8], h: &mut Sha256) -> Result<(), JcsError> {
         if tape.verbatim {
             h.update(body);
         } else {
-            let mut sink = HashSink {
-                h: &mut *h,
-                buf: [0; SINK_BUF],
-                used: 0,
-            };
-            tape.emit_all(&mut sink);
-            sink.flush();
+            SINK.with(|cell| {
+                // A re-entrant call (impossible today) would get a fresh buffer.
+                let mut fresh = Vec::new();
+                let mut borrowed = cell.try_borrow_mut();
+                let buf: &mut Vec<u8> = match &mut borrowed {
+                    Ok(b) => b,
+                    Err(_) => &mut fresh,
+                };
+                buf.clear();
+                buf.reserve(SINK_BUF);
+                let mut sink = HashSink { h: &mut *h, buf };
+                tape.emit_all(&mut sink);
+                sink.flush();
+            });
         }
     })
 }
@@ -177,38 +184,41 @@ impl Sink for Vec<u8> {
 
 const SINK_BUF: usize = 4096;
 
-/// Batches small writes before they reach the hasher.
+thread_local! {
+    /// The batching buffer of [`HashSink`], kept per thread: a fresh zeroed array on every
+    /// call cost more than hashing a small body (issue 11's profile).
+    static SINK: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Batches small writes (up to [`SINK_BUF`] bytes) before they reach the hasher.
 struct HashSink<'h> {
     h: &'h mut Sha256,
-    buf: [u8; SINK_BUF],
-    used: usize,
+    buf: &'h mut Vec<u8>,
 }
 
 impl HashSink<'_> {
     fn flush(&mut self) {
-        self.h.update(&self.buf[..self.used]);
-        self.used = 0;
+        self.h.update(&self.buf[..]);
+        self.buf.clear();
     }
 }
 
 impl Sink for HashSink<'_> {
     fn put(&mut self, bytes: &[u8]) {
-        if bytes.len() > SINK_BUF - self.used {
+        if bytes.len() > SINK_BUF - self.buf.len() {
             self.flush();
             if bytes.len() >= SINK_BUF / 2 {
                 self.h.update(bytes);
                 return;
             }
         }
-        self.buf[self.used..self.used + bytes.len()].copy_from_slice(bytes);
-        self.used += bytes.len();
+        self.buf.extend_from_slice(bytes);
     }
     fn byte(&mut self, b: u8) {
-        if self.used == SINK_BUF {
+        if self.buf.len() == SINK_BUF {
             self.flush();
         }
-        self.buf[self.used] = b;
-        self.used += 1;
+        self.buf.push(b);
     }
 }
 
