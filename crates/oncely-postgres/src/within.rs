@@ -34,8 +34,10 @@ fn fenced_unless_written(result: PgQueryResult) -> Result<(), StoreError> {
 }
 
 impl PostgresStore {
-    /// How long a statement of a claim or phase transaction waits for a lock (4 seconds, set with
-    /// `SET LOCAL lock_timeout` in the same message as `BEGIN`, so it costs no round trip). It is
+    /// How long a statement of a claim or phase transaction waits for a lock: 4 seconds, the
+    /// session's `lock_timeout` on connections made by [`PostgresStore::connect`] (or declared
+    /// with [`PostgresStore::with_pool_lock_timeout`]), else set with `SET LOCAL lock_timeout`
+    /// in the same message as `BEGIN` (no round trip, but about 10 µs of server time). It is
     /// shorter than the layer's store timeout (5 seconds) on purpose: a duplicate waiting for the
     /// first request's transaction then always ends as `409 idempotency_request_in_flight`,
     /// never as a `503` store timeout.
@@ -49,10 +51,14 @@ impl PostgresStore {
     ///
     /// [`StoreError::Unavailable`] when no connection could be had or the database failed.
     pub async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
-        self.pool()
-            .begin_with("BEGIN; SET LOCAL lock_timeout = '4000ms'")
-            .await
-            .map_err(map)
+        if self.pool_lock_timeout_bounded {
+            self.pool().begin().await.map_err(map)
+        } else {
+            self.pool()
+                .begin_with("BEGIN; SET LOCAL lock_timeout = '4000ms'")
+                .await
+                .map_err(map)
+        }
     }
 
     /// Always `None`: on PostgreSQL a claim is decided inside its transaction
@@ -77,8 +83,8 @@ impl PostgresStore {
     /// open, its uncommitted row holds the key: a concurrent claim of the same key through
     /// `claim_in` waits for it in its own insert, then finds the committed record (and
     /// replays it) or, if this transaction rolled back, inserts and executes. The wait is
-    /// bounded by the connection's `lock_timeout` ([`PostgresStore::DEFAULT_LOCK_TIMEOUT`], 5
-    /// seconds, on connections made by [`PostgresStore::connect`]); when it runs out the answer
+    /// bounded by the transaction's `lock_timeout` ([`PostgresStore::TX_LOCK_TIMEOUT`], 4
+    /// seconds, when it was begun with [`PostgresStore::begin_tx`]); when it runs out the answer
     /// is [`ClaimOutcome::InFlight`] (and the caller's transaction is aborted: roll it back).
     ///
     /// For an existing record the claim reads it, [`decide`]s, and for a takeover or a claim
