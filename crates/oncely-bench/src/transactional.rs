@@ -406,8 +406,12 @@ async fn scope(mut req: Request<Body>, next: Next) -> Response {
     next.run(req).await
 }
 
+/// Every router is finalized with `with_state(())`, as `axum::serve` does (through
+/// `into_make_service`): a `Router<()>` driven through `oneshot` as it is would otherwise build
+/// its handler's route, with every layer on it, again on every request (axum keeps a
+/// stateless handler unbuilt until the state is given), a cost no server pays.
 fn with_scope(router: Router) -> Router {
-    router.layer(middleware::from_fn(scope))
+    router.layer(middleware::from_fn(scope)).with_state(())
 }
 
 impl Bench {
