@@ -57,7 +57,10 @@ use std::time::Duration;
 /// its connections; past it the operation fails with [`StoreError::Unavailable`] (`503`,
 /// retryable). A store built with [`PostgresStore::from_pool`] inherits whatever the pool's
 /// connect options say: set `lock_timeout` there (and declare it with
-/// [`PostgresStore::with_pool_lock_timeout`]). Plain claims against a record in a phase do
+/// [`PostgresStore::with_pool_lock_timeout`]). Claim and phase transactions are bounded at
+/// [`PostgresStore::TX_LOCK_TIMEOUT`] (4 seconds) either way: by the session's setting when the
+/// store knows it (`connect` reads it back from the server, so a pooler that drops startup
+/// options is noticed), else by a `SET LOCAL` sent with their `BEGIN`. Plain claims against a record in a phase do
 /// not wait: they read the last committed version and answer "in flight" (case S6).
 ///
 /// # Clocks
@@ -116,8 +119,12 @@ impl PostgresStore {
     /// [`DEFAULT_MAX_CONNECTIONS`](Self::DEFAULT_MAX_CONNECTIONS),
     /// [`DEFAULT_ACQUIRE_TIMEOUT`](Self::DEFAULT_ACQUIRE_TIMEOUT) and `lock_timeout` set to
     /// [`DEFAULT_LOCK_TIMEOUT`](Self::DEFAULT_LOCK_TIMEOUT) (unless the URL already sets
-    /// `lock_timeout`), on the [`SystemClock`]. Opens one connection at once to fail fast. Does
-    /// not run the migrations: call [`PostgresStore::migrate`].
+    /// `lock_timeout`), on the [`SystemClock`]. Opens one connection at once to fail fast, and
+    /// reads the `lock_timeout` the server applied to it: when that is at most
+    /// [`TX_LOCK_TIMEOUT`](Self::TX_LOCK_TIMEOUT) (as it is unless the URL or a pooler in between
+    /// changed it), claim and phase transactions begin with a plain `BEGIN` (see
+    /// [`with_pool_lock_timeout`](Self::with_pool_lock_timeout)). Does not run the migrations:
+    /// call [`PostgresStore::migrate`].
     ///
     /// # Errors
     ///
@@ -126,8 +133,7 @@ impl PostgresStore {
     /// [`sqlx::Error`]).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let mut options: PgConnectOptions = url.parse().map_err(PostgresStoreError::InvalidUrl)?;
-        let ours = !url.contains("lock_timeout");
-        if ours {
+        if !url.contains("lock_timeout") {
             options = options.options([(
                 "lock_timeout",
                 format!("{}ms", Self::DEFAULT_LOCK_TIMEOUT.as_millis()),
@@ -139,11 +145,18 @@ impl PostgresStore {
             .connect_with(options)
             .await
             .map_err(StoreError::unavailable)?;
+        // The session's lock_timeout as the server sees it (a pooler in between may drop the
+        // startup options): only a bound seen here lets transactions skip `SET LOCAL`.
+        let seen: Option<(String,)> =
+            sqlx::query_as("SELECT setting FROM pg_settings WHERE name = 'lock_timeout'")
+                .fetch_optional(&pool)
+                .await
+                .map_err(StoreError::unavailable)?;
+        let seen = seen.and_then(|(ms,)| ms.parse::<u64>().ok());
         let store = Self::from_pool(pool, Arc::new(SystemClock));
-        Ok(if ours {
-            store.with_pool_lock_timeout(Self::DEFAULT_LOCK_TIMEOUT)
-        } else {
-            store
+        Ok(match seen {
+            Some(ms) => store.with_pool_lock_timeout(Duration::from_millis(ms)),
+            None => store,
         })
     }
 
@@ -166,13 +179,27 @@ impl PostgresStore {
     /// `BEGIN; SET LOCAL lock_timeout = '4000ms'` in one message, which costs the database
     /// about 10 µs per transaction (measured with pgbench on this project's machine; issue 11).
     ///
-    /// A handler that changes `lock_timeout` for its session (`SET`, not `SET LOCAL`) changes
-    /// it for every later request on that pooled connection: use `SET LOCAL`.
+    /// Declare it only for a pool whose connections are really configured so: behind a
+    /// connection pooler that drops startup options (PgBouncer's `ignore_startup_parameters`)
+    /// the setting is not there, and a waiting duplicate would then wait until the layer's
+    /// store timeout (`503`) instead of being answered in flight (`409`) after 4 seconds. And
+    /// anything that changes `lock_timeout` for a session (`SET`, not `SET LOCAL`, through the
+    /// pool or in a handler's transaction) changes it for every later request on that pooled
+    /// connection: use `SET LOCAL`.
     #[must_use]
     pub fn with_pool_lock_timeout(mut self, lock_timeout: Duration) -> Self {
         self.pool_lock_timeout_bounded =
             !lock_timeout.is_zero() && lock_timeout <= Self::TX_LOCK_TIMEOUT;
         self
+    }
+
+    /// Whether claim and phase transactions rely on the pool's session `lock_timeout` (a plain
+    /// `BEGIN`) rather than sending `SET LOCAL lock_timeout` with it: true for a store from
+    /// [`connect`](Self::connect) whose connection showed a bound of at most
+    /// [`TX_LOCK_TIMEOUT`](Self::TX_LOCK_TIMEOUT), or one declared with
+    /// [`with_pool_lock_timeout`](Self::with_pool_lock_timeout).
+    pub fn relies_on_session_lock_timeout(&self) -> bool {
+        self.pool_lock_timeout_bounded
     }
 
     /// Replaces the clock (the default is [`SystemClock`]).

@@ -44,8 +44,10 @@ impl PostgresStore {
     pub const TX_LOCK_TIMEOUT: Duration = Duration::from_secs(4);
 
     /// Begins a transaction for a claim or a phase (`BEGIN`, at the server's default isolation,
-    /// `READ COMMITTED` unless configured otherwise), with
-    /// [`TX_LOCK_TIMEOUT`](Self::TX_LOCK_TIMEOUT).
+    /// `READ COMMITTED` unless configured otherwise), whose lock waits are bounded by
+    /// [`TX_LOCK_TIMEOUT`](Self::TX_LOCK_TIMEOUT), or by the pool's shorter session
+    /// `lock_timeout` when the store relies on it
+    /// ([`relies_on_session_lock_timeout`](Self::relies_on_session_lock_timeout)).
     ///
     /// # Errors
     ///

@@ -130,15 +130,19 @@ impl Db for oncely_postgres::PostgresStore {
             eprintln!("skipping: ONCELY_TEST_POSTGRES_URL is unset (a PostgreSQL URL is needed)");
             return None;
         };
-        // A small pool per test (the tests run in parallel), with the lock_timeout that
-        // PostgresStore::connect would set: it bounds a duplicate's wait.
+        // A small pool per test (the tests run in parallel), set up as PostgresStore::connect
+        // sets up its own: the 4-second lock_timeout in every session, relied on by the claim
+        // and phase transactions (plain BEGIN; tests/lock_timeout.rs in oncely-postgres covers
+        // the SET LOCAL path). It bounds a duplicate's wait.
+        let bound = oncely_postgres::PostgresStore::TX_LOCK_TIMEOUT;
         let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(12)
-            .connect_with(options.options([("lock_timeout", "5000ms")]))
+            .connect_with(options.options([("lock_timeout", format!("{}ms", bound.as_millis()))]))
             .await
             .unwrap();
-        let store = oncely_postgres::PostgresStore::from_pool(pool, Arc::new(clock));
+        let store = oncely_postgres::PostgresStore::from_pool(pool, Arc::new(clock))
+            .with_pool_lock_timeout(bound);
         store.migrate().await.unwrap();
         let mut tx = store.pool().begin().await.unwrap();
         sqlx::query("SELECT pg_advisory_xact_lock(7461621077)")

@@ -127,8 +127,7 @@ pub(super) async fn open_postgres(url: &str) -> Result<Opened> {
     let mut options: PgConnectOptions = url
         .parse()
         .map_err(|e| anyhow::anyhow!("invalid PostgreSQL URL: {e}"))?;
-    let ours = !url.contains("lock_timeout");
-    if ours {
+    if !url.contains("lock_timeout") {
         options = options.options([(
             "lock_timeout",
             format!("{}ms", PostgresStore::DEFAULT_LOCK_TIMEOUT.as_millis()),
@@ -139,10 +138,7 @@ pub(super) async fn open_postgres(url: &str) -> Result<Opened> {
         .max_connections(PostgresStore::DEFAULT_MAX_CONNECTIONS)
         .acquire_timeout(PostgresStore::DEFAULT_ACQUIRE_TIMEOUT)
         .connect_lazy_with(options);
-    let mut store = PostgresStore::from_pool(pool.clone(), Arc::new(oncely_core::SystemClock));
-    if ours {
-        store = store.with_pool_lock_timeout(PostgresStore::DEFAULT_LOCK_TIMEOUT);
-    }
+    let store = PostgresStore::from_pool(pool.clone(), Arc::new(oncely_core::SystemClock));
     let db = Db::Postgres(pool);
     let standby = Standby::new();
     let prepare = {
