@@ -15,6 +15,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
 };
+use sqlx::{SqlSafeStr, Transaction};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -321,9 +322,8 @@ impl SqliteStore {
     /// The claim under SQLite's write lock; `None` when the conditional write found the row
     /// changed (cannot happen inside `BEGIN IMMEDIATE`; the caller loops).
     async fn claim_locked(&self, req: &ClaimRequest) -> Result<Option<ClaimOutcome>, StoreError> {
-        let mut tx = self
-            .pool
-            .begin_with(sql::BEGIN_IMMEDIATE)
+        let conn = self.acquire_clean().await?;
+        let mut tx = Transaction::begin(conn, Some(sql::BEGIN_IMMEDIATE.into_sql_str()))
             .await
             .map_err(map_sqlx)?;
         let outcome = self.claim_round_in(&mut tx, req).await?;
@@ -438,7 +438,37 @@ impl SqliteStore {
     }
 
     async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
-        self.pool.acquire().await.map_err(map_sqlx)
+        self.acquire_clean().await
+    }
+
+    /// A connection from the pool that holds no transaction in sqlx's bookkeeping. A handler
+    /// that ran `ROLLBACK` (or `COMMIT`) through its `Tx` leaves its connection's count of open
+    /// transactions at one, because sqlx's rollback on drop then fails ("no transaction is
+    /// active"). Such a connection would refuse every later transaction, which would answer
+    /// an unrelated request 503. It is closed here, with a warning, and another one is taken.
+    /// The count is settled by the time a connection is back in the pool: sqlx pings it on
+    /// release, after the queued rollback.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when no connection could be had.
+    pub(crate) async fn acquire_clean(
+        &self,
+    ) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
+        use sqlx::Connection as _;
+        for _ in 0..=MAX_CONNECTIONS {
+            let mut conn = self.pool.acquire().await.map_err(map_sqlx)?;
+            if !conn.is_in_transaction() {
+                return Ok(conn);
+            }
+            tracing::warn!(
+                "closing a pooled SQLite connection left inside a transaction (a handler ran COMMIT or ROLLBACK through its Tx, which sqlx could not undo)"
+            );
+            conn.close_on_drop();
+        }
+        Err(StoreError::unavailable(std::io::Error::other(
+            "every pooled SQLite connection was left inside a transaction",
+        )))
     }
 }
 

@@ -129,7 +129,7 @@ impl SqliteStore {
         &self,
         req: &ClaimRequest,
     ) -> Result<(ClaimOutcome, Option<Transaction<'static, Sqlite>>), StoreError> {
-        let conn = self.pool().acquire().await.map_err(map_sqlx)?;
+        let conn = self.acquire_clean().await?;
         // Until sqlx's bookkeeping holds the transaction, a connection that may have one open
         // (an error, or this future dropped mid-way) is closed rather than pooled.
         let mut guard = CloseUnlessDisarmed(Some(conn));
@@ -200,8 +200,8 @@ impl SqliteStore {
     /// [`StoreError::Unavailable`] when the lock was not free within the busy timeout or the
     /// database failed.
     pub async fn begin_tx(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.pool()
-            .begin_with(sql::BEGIN_GUARDED)
+        let conn = self.acquire_clean().await?;
+        Transaction::begin(conn, Some(sql::BEGIN_GUARDED.into_sql_str()))
             .await
             .map_err(map_sqlx)
     }

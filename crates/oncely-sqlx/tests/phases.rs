@@ -393,6 +393,10 @@ async fn ends_itself<S: Db>(headers: HeaderMap, mut tx: Tx<S>) -> Result<Respons
     )
     .await?;
     S::raw(&mut tx, end).await?;
+    if headers.get("x-then").is_some_and(|t| t == "fail") {
+        // ... and then fails, without reaching the Tx's commit.
+        S::raw(&mut tx, "SELECT * FROM no_such_table_oncely").await?;
+    }
     if headers.get("x-where").is_some_and(|w| w == "first") {
         // The end of the claim's own transaction, seen at its checkpoint (its commit is the
         // hot path, which neither database checks: see `SqlStore::still_open`).
@@ -1126,9 +1130,40 @@ async fn a_transaction_ended_behind_the_tx_is_refused<S: Db>() {
     }
 }
 
+/// A handler that ends the claim's transaction itself and then fails: whatever it answers, the
+/// pool's connections keep working for the requests after it.
+async fn a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    for end in ["COMMIT", "ROLLBACK"] {
+        let k = key();
+        let a = send(
+            &h.router,
+            request("/ends_itself", &k, &[("x-end", end), ("x-then", "fail")]),
+        )
+        .await;
+        eprintln!(
+            "{end} then fail: {} {}",
+            a.status,
+            String::from_utf8_lossy(&a.body)
+        );
+        for _ in 0..12 {
+            let k = key();
+            let r = send(&h.router, request("/single", &k, &[])).await;
+            assert_eq!(r.status, 201, "{end}: {}", String::from_utf8_lossy(&r.body));
+            assert_eq!(h.app.store.rows(&k).await, 1);
+        }
+    }
+}
+
 macro_rules! suite {
     ($module:ident, $store:ty) => {
         mod $module {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection() {
+                super::a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection::<$store>().await;
+            }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn single_phase_commits_and_replays() {
                 super::single_phase_commits_and_replays::<$store>().await;
