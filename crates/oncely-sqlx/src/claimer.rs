@@ -85,9 +85,11 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
                 completed: false,
                 recovery_point: claim.recovery_point.clone(),
                 deferred_request: deferred,
+                ended_behind: false,
             }),
             first: Mutex::new(Some(tx)),
             on_commit: Mutex::new(None),
+            abandoned: Mutex::new(None),
         });
         extensions.insert(TxSlot(Arc::clone(&shared)));
         Ok((outcome, Some(shared)))

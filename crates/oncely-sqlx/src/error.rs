@@ -201,6 +201,16 @@ fn step_name(recovery_point: &str) -> Option<String> {
     fits.then_some(name)
 }
 
+/// The answer to a phase whose transaction the handler ended itself ([`TxError::TransactionEnded`],
+/// or a `Tx` dropped after the handler's own `COMMIT` or `ROLLBACK`): `500
+/// idempotency_handler_misuse`, not retryable.
+pub(crate) fn ended_problem() -> Problem {
+    Problem::from_code(
+        oncely_core::ErrorCode::HandlerMisuse,
+        "the handler ended its idempotent transaction itself (a COMMIT or ROLLBACK through it), so this step could not be recorded with its writes: nothing was stored, and the key was not released, because writes may have committed outside the step; a server bug",
+    )
+}
+
 impl IntoResponse for TxError {
     fn into_response(self) -> Response {
         use oncely_core::{ErrorCode, StatusProfile};
@@ -222,13 +232,7 @@ impl IntoResponse for TxError {
                 ),
                 None,
             ),
-            TxError::TransactionEnded => (
-                Problem::from_code(
-                    ErrorCode::HandlerMisuse,
-                    "the handler ended its idempotent transaction itself (a COMMIT or ROLLBACK through it), so this step could not be recorded with its writes: nothing was stored, and the key was not released, because writes may have committed outside the step; a server bug",
-                ),
-                None,
-            ),
+            TxError::TransactionEnded => (ended_problem(), None),
             TxError::AlreadyTaken | TxError::AlreadyCompleted => (
                 Problem::from_code(
                     ErrorCode::HandlerMisuse,

@@ -169,6 +169,22 @@ pub trait SqlStore: KeyStore + Clone {
         Ok(true)
     }
 
+    /// Rolls back the transaction of a phase that the handler dropped unfinished (an error, or
+    /// an early return), and says whether it had ended behind the phase's back: the handler ran
+    /// `COMMIT` or `ROLLBACK` through its `Tx`, so what it wrote may have committed (with the
+    /// claim, in the first phase). Default: rolls back and says `false` (not checked). SQLite:
+    /// the rollback itself fails with "no transaction is active", at no extra hop. PostgreSQL:
+    /// [`SqlStore::still_open`] first, one round trip on this path only.
+    async fn rollback_abandoned(
+        &self,
+        tx: Transaction<'static, Self::Database>,
+        id: &RecordKey,
+    ) -> bool {
+        let _ = id;
+        let _ = tx.rollback().await;
+        false
+    }
+
     /// Whether `error`, from [`SqlStore::checkpoint_in`] or [`SqlStore::complete_in`], says
     /// that the transaction ended behind the phase's back (a store whose writes carry the
     /// check themselves). Default: `false`. SQLite: its phase writes release the savepoint
@@ -265,6 +281,19 @@ delegate!(
         req: &ClaimRequest,
     ) -> Result<(ClaimOutcome, Option<Transaction<'static, sqlx::Sqlite>>), StoreError> {
         oncely_sqlite::SqliteStore::claim_tx(self, req).await
+    },
+    async fn rollback_abandoned(
+        &self,
+        tx: Transaction<'static, sqlx::Sqlite>,
+        _id: &RecordKey,
+    ) -> bool {
+        // The handler's own COMMIT or ROLLBACK left no transaction for sqlx's to end. The
+        // connection's count of open transactions then stays at one, and the store closes it
+        // at its next acquire (`SqliteStore`'s pool never hands it out again).
+        matches!(
+            tx.rollback().await,
+            Err(sqlx::Error::Database(e)) if e.message().contains("no transaction is active")
+        )
     }
 );
 #[cfg(feature = "postgres")]
@@ -280,6 +309,18 @@ delegate!(
         hot: bool,
     ) -> Result<bool, StoreError> {
         postgres_guard::still_open(conn, id, hot).await
+    },
+    async fn rollback_abandoned(
+        &self,
+        mut tx: Transaction<'static, sqlx::Postgres>,
+        id: &RecordKey,
+    ) -> bool {
+        // An aborted transaction (a statement failed) refuses the check: it is the phase's
+        // own, and rolls back.
+        let open = postgres_guard::still_open(&mut tx, id, false).await;
+        // Queued: it goes out with the pool's release ping, no round trip of its own.
+        drop(tx);
+        matches!(open, Ok(false))
     }
 );
 

@@ -165,9 +165,11 @@ pub async fn attach_unclaimed<DB: Database>(
             completed: false,
             recovery_point: None,
             deferred_request: None,
+            ended_behind: false,
         }),
         first: Mutex::new(Some(tx)),
         on_commit: Mutex::new(None),
+        abandoned: Mutex::new(None),
     });
     extensions.insert(TxSlot(shared));
     Ok(())

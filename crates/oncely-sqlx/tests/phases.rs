@@ -1130,8 +1130,10 @@ async fn a_transaction_ended_behind_the_tx_is_refused<S: Db>() {
     }
 }
 
-/// A handler that ends the claim's transaction itself and then fails: whatever it answers, the
-/// pool's connections keep working for the requests after it.
+/// A handler that ends the claim's transaction itself and then fails (its `Tx` dropped, never
+/// committed): answered `500 idempotency_handler_misuse`, not "nothing was committed" (after
+/// its `COMMIT` the claim and its row did commit); the record is as the database holds it;
+/// and the pool's connections keep working for the requests after it.
 async fn a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection<S: Db>() {
     let Some(h) = harness::<S>().await else {
         return;
@@ -1143,11 +1145,22 @@ async fn a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection<S:
             request("/ends_itself", &k, &[("x-end", end), ("x-then", "fail")]),
         )
         .await;
-        eprintln!(
-            "{end} then fail: {} {}",
-            a.status,
-            String::from_utf8_lossy(&a.body)
+        let text = String::from_utf8_lossy(&a.body).into_owned();
+        assert_eq!(a.status, 500, "{end}: {text}");
+        let problem: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(
+            problem["code"], "idempotency_handler_misuse",
+            "{end}: {text}"
         );
+        assert_eq!(problem["retryable"], false);
+        let (rows, state) = if end == "COMMIT" {
+            (1, Some("in_flight"))
+        } else {
+            (0, None)
+        };
+        assert_eq!(h.app.store.rows(&k).await, rows, "{end}");
+        let rec = h.app.store.get(&rid(&k)).await.unwrap();
+        assert_eq!(rec.as_ref().map(|r| r.state_name()), state, "{end}");
         for _ in 0..12 {
             let k = key();
             let r = send(&h.router, request("/single", &k, &[])).await;

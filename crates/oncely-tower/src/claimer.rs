@@ -81,6 +81,14 @@ pub trait ClaimProgress: Send + Sync + 'static {
     fn on_first_commit(&self, start: Box<dyn FnOnce() + Send>) {
         start();
     }
+    /// Runs once after the handler returned without completing the record, before the layer
+    /// asks [`committed`](Self::committed), [`recovery_point`](Self::recovery_point) or
+    /// [`unfinished_answer`](Self::unfinished_answer): the place to finish what the handler
+    /// left (`oncely-sqlx` waits there for the rollback of a transaction the handler dropped,
+    /// and learns whether the handler had ended it itself). The default does nothing.
+    fn settle(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
     /// The answer to send instead of the handler's when the handler returned without
     /// completing the record, asked after the layer ended the claim as the table above says:
     /// `Some((problem, retry_after_secs))` is rendered in the layer's dialect (problem+json,

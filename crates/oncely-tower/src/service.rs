@@ -971,6 +971,7 @@ async fn transactional_end(
     if progress.completed() {
         return None;
     }
+    progress.settle().await;
     let lost_writes = status.is_success() || status.is_redirection();
     if lost_writes {
         tracing::error!(scope = %ctx.id.scope, key = %ctx.id.key, %status, "the handler answered success without completing its idempotent transaction (Tx::commit): its writes were rolled back and nothing was stored; answering 500 instead");
