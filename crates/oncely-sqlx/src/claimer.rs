@@ -21,6 +21,12 @@ use std::sync::{Arc, Mutex};
 ///   rolled back. Past the bound it gets `409 idempotency_request_in_flight` with `Retry-After`
 ///   (PostgreSQL) or `503` (SQLite, where every writer, of any key, waits for the one write
 ///   lock: keep transactions short).
+/// - A duplicate that reaches the process running the first request waits in that process,
+///   holding no database connection ([`Claimer::local_wait`], up to
+///   [`LOCAL_WAIT`](Self::LOCAL_WAIT), then `409`), and claims once the first's claim has
+///   committed (a replay, one statement). So a burst of retries of one slow request cannot
+///   take the pool's connections from other keys' requests. Only the waits of duplicates
+///   that reach other processes happen in the database, as above.
 /// - Once a multi-step request committed its first phase, a duplicate gets the layer's usual
 ///   in-flight answer while it runs.
 /// - A replay or a mismatch never enters the handler and never leaves a write behind (on SQLite
@@ -31,6 +37,11 @@ pub struct TransactionalClaimer<S: SqlStore> {
 }
 
 impl<S: SqlStore> TransactionalClaimer<S> {
+    /// How long a duplicate of a request this process is running waits in the process before
+    /// it is answered in flight ([`Claimer::local_wait`]): 4 seconds, the bound of a wait in
+    /// the database on PostgreSQL.
+    pub const LOCAL_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
+
     /// A claimer over `store`, storing response bodies up to `max_response_bytes` (the
     /// policy's limit: use [`layer`](crate::layer), which keeps the two in step).
     pub fn new(store: S, max_response_bytes: usize) -> Self {
@@ -93,5 +104,12 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
         });
         extensions.insert(TxSlot(Arc::clone(&shared)));
         Ok((outcome, Some(shared)))
+    }
+
+    /// 4 seconds (`PostgresStore::TX_LOCK_TIMEOUT`): a duplicate of a request this process
+    /// is running waits that long in the process, with no connection, instead of in the
+    /// database, where it would hold a pooled connection while it waited.
+    fn local_wait(&self) -> Option<std::time::Duration> {
+        Some(Self::LOCAL_WAIT)
     }
 }

@@ -32,6 +32,18 @@ pub trait Claimer: Send + Sync + 'static {
         req: ClaimRequest,
         extensions: &mut http::Extensions,
     ) -> Result<(ClaimOutcome, Option<Arc<dyn ClaimProgress>>), StoreError>;
+
+    /// For a claimer whose duplicates would wait inside the store (a transactional claim's
+    /// duplicate waits for the first one's uncommitted row, holding a pooled connection): how
+    /// long a duplicate of a request this process is claiming or running waits in the process
+    /// instead, with no connection, before it claims. One request per key at a time goes to
+    /// the store from this process, until the first one's claim commits. A duplicate still
+    /// waiting at the bound is answered in flight (`409`, or the layer's in-flight mode).
+    /// Default `None`: claims go straight to the store (its answer to a duplicate is
+    /// immediate).
+    fn local_wait(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// The default [`Claimer`]: one [`KeyStore::claim`] call, committed at once.

@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) drain: Arc<crate::drain::DrainState>,
+    /// Duplicates of this process's own transactional claims, waiting in the process.
+    pub(crate) local: Arc<crate::local::LocalClaims>,
     pub(crate) dialect: Arc<dyn crate::Dialect>,
 }
 
@@ -99,6 +101,7 @@ impl IdempotencyLayer {
                 clock: Arc::new(SystemClock),
                 metrics: Arc::new(Metrics::default()),
                 drain: Arc::default(),
+                local: Arc::default(),
                 dialect: Arc::new(crate::ProblemJson),
             },
         }

@@ -108,6 +108,7 @@ pub mod drain;
 mod future;
 pub mod key_source;
 mod layer;
+mod local;
 mod metrics;
 #[cfg(feature = "openapi")]
 pub mod openapi;

@@ -360,6 +360,17 @@ where
             policy.retry_after_secs,
         ));
     }
+    // A duplicate of a claim this process is claiming or running waits here, holding no store
+    // connection, until that claim has committed (see `Claimer::local_wait`).
+    let hold = match config.claimer.local_wait() {
+        None => None,
+        Some(bound) => match config.local.turn(&id, bound).await {
+            Some(hold) => Some(hold),
+            None => {
+                return Ok(in_flight(&config, &id, fingerprint, config.clock.now_millis()).await);
+            }
+        },
+    };
     let claim = ClaimRequest::new(
         id.clone(),
         fingerprint,
@@ -420,7 +431,7 @@ where
             // is stored for the client's retry. It runs inline on the request's own task (no
             // hand-off to another task on the hot path) and moves to a task of its own only if
             // this future is dropped before it ends (see `Detached`).
-            detached_execute(Arc::clone(&config), inner, req, ctx, running).await
+            detached_execute(Arc::clone(&config), inner, req, ctx, (running, hold)).await
         }
         ClaimOutcome::InFlight { lease_expires_at } => {
             Ok(in_flight(&config, &id, fingerprint, lease_expires_at).await)
@@ -770,7 +781,7 @@ fn detached_execute<S, ResBody>(
     inner: S,
     req: Request<Body>,
     ctx: IdempotencyContext,
-    running: crate::drain::Running,
+    (running, hold): (crate::drain::Running, Option<crate::local::Hold>),
 ) -> Detached<Result<Response<Body>, S::Error>>
 where
     S: Service<Request<Body>, Response = Response<ResBody>> + Send + 'static,
@@ -781,7 +792,11 @@ where
 {
     let execution: Execution<S::Error> = Box::pin(
         async move {
-            let res = execute(&config, inner, req, &ctx).await;
+            // The key's turn in this process: passed on when the claim first commits (the
+            // heartbeat's start) or, at the latest, when the execution ends.
+            let hold = hold.map(|h| Arc::new(std::sync::Mutex::new(Some(h))));
+            let res = execute(&config, inner, req, &ctx, hold.as_ref()).await;
+            drop(hold);
             // Registered for a graceful shutdown until the execution ends, wherever it runs.
             drop(running);
             res
@@ -846,6 +861,7 @@ async fn execute<S, ResBody>(
     mut inner: S,
     req: Request<Body>,
     ctx: &IdempotencyContext,
+    hold: Option<&HoldSlot>,
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<Body>, Response = Response<ResBody>>,
@@ -865,7 +881,7 @@ where
             config.policy.retry_after_secs,
         ));
     }
-    let heartbeat = Beat::start(config, ctx);
+    let heartbeat = Beat::start(config, ctx, hold);
     let res = match call_boxed(&mut inner, req).await {
         Ok(r) => r,
         Err(e) => {
@@ -1040,9 +1056,13 @@ async fn suspend(config: &Config, ctx: &IdempotencyContext) {
 /// request (claim, writes and response in one commit) pays for no heartbeat task at all.
 struct Beat(Arc<std::sync::Mutex<Option<Heartbeat>>>);
 
+/// A claimed request's turn on its key in this process ([`crate::local`]), until passed on.
+type HoldSlot = Arc<std::sync::Mutex<Option<crate::local::Hold>>>;
+
 impl Beat {
-    fn start(config: &Arc<Config>, ctx: &IdempotencyContext) -> Self {
+    fn start(config: &Arc<Config>, ctx: &IdempotencyContext, hold: Option<&HoldSlot>) -> Self {
         let slot = Arc::new(std::sync::Mutex::new(None));
+        let hold = hold.map(Arc::clone);
         match &ctx.progress {
             None => {
                 *lock(&slot) = Some(Heartbeat::start(config, ctx.id.clone(), ctx.token, None));
@@ -1053,6 +1073,10 @@ impl Beat {
                 let weak = Arc::downgrade(progress);
                 let later = Arc::clone(&slot);
                 progress.on_first_commit(Box::new(move || {
+                    // Committed: the store now answers a duplicate at once.
+                    if let Some(hold) = &hold {
+                        drop(lock(hold).take());
+                    }
                     if let Some(progress) = weak.upgrade() {
                         *lock(&later) = Some(Heartbeat::start(&config, id, token, Some(progress)));
                     }
