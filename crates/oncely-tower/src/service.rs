@@ -582,7 +582,7 @@ fn unavailable(config: &Config) -> Response<Body> {
         ErrorCode::StoreUnavailable,
         config.policy.profile,
         format!(
-            "the idempotency key store could not be reached; the request was not executed. Retry after {} second(s) with the same key",
+            "the idempotency key store did not answer in time (unreachable, failing, busy past its lock timeout, or out of connections); the request was not executed. Retry after {} second(s) with the same key",
             config.policy.retry_after_secs
         ),
         config.policy.retry_after_secs,
