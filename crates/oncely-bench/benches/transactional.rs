@@ -101,10 +101,14 @@ async fn measure(bench: &Bench, concurrency: usize, n: usize, rounds: usize) -> 
             cpu_us: BTreeMap::new(),
             switches: BTreeMap::new(),
         };
-        let mut layer_prefix = String::new();
         // Alternated, and the starting variant rotates, so no variant always runs first.
         for k in 0..3 {
             let v = Variant::ALL[(r + k) % 3];
+            // Every variant starts from the same tables (see `Bench::settle`).
+            bench
+                .settle()
+                .await
+                .unwrap_or_else(|e| panic!("{db} settle: {e}"));
             let prefix = run_prefix();
             let cpu = cpu_seconds();
             let cs = context_switches();
@@ -120,22 +124,23 @@ async fn measure(bench: &Bench, concurrency: usize, n: usize, rounds: usize) -> 
                 .insert(v.name(), (cpu_seconds() - cpu) * 1e6 / n as f64);
             round.rps.insert(v.name(), n as f64 / t.as_secs_f64());
             if v == Variant::Layer {
-                layer_prefix = prefix;
+                // The replays of the same keys, at once, before the next variant's
+                // `settle` deletes them.
+                let cpu = cpu_seconds();
+                let cs = context_switches();
+                let t = bench
+                    .drive(Variant::Layer, &prefix, n, concurrency)
+                    .await
+                    .unwrap_or_else(|e| panic!("{db} replay: {e}"));
+                round
+                    .switches
+                    .insert("replay", (context_switches() - cs) / n as f64);
+                round
+                    .cpu_us
+                    .insert("replay", (cpu_seconds() - cpu) * 1e6 / n as f64);
+                round.rps.insert("replay", n as f64 / t.as_secs_f64());
             }
         }
-        let cpu = cpu_seconds();
-        let cs = context_switches();
-        let t = bench
-            .drive(Variant::Layer, &layer_prefix, n, concurrency)
-            .await
-            .unwrap_or_else(|e| panic!("{db} replay: {e}"));
-        round
-            .switches
-            .insert("replay", (context_switches() - cs) / n as f64);
-        round
-            .cpu_us
-            .insert("replay", (cpu_seconds() - cpu) * 1e6 / n as f64);
-        round.rps.insert("replay", n as f64 / t.as_secs_f64());
         eprintln!(
             "{db} c={concurrency} round {}: baseline {:.0}/s floor {:.0}/s layer {:.0}/s replay {:.0}/s",
             r + 1,
@@ -301,6 +306,16 @@ fn main() {
             }
         }
         for bench in &benches {
+            if timed {
+                bench
+                    .autovacuum(false)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: autovacuum off: {e}", bench.db.name()));
+                bench
+                    .populate()
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: resident rows: {e}", bench.db.name()));
+            }
             for (concurrency, n) in [(16, requests), (1, requests / 4)] {
                 let r = measure(bench, concurrency, n, rounds).await;
                 report(bench.db, concurrency, n, &r);
@@ -315,6 +330,12 @@ fn main() {
         for bench in &benches {
             if let Err(e) = bench.cleanup().await {
                 eprintln!("transactional/{}: cleanup failed: {e}", bench.db.name());
+            }
+            if timed && let Err(e) = bench.autovacuum(true).await {
+                eprintln!(
+                    "transactional/{}: autovacuum back on failed: {e}",
+                    bench.db.name()
+                );
             }
         }
     });

@@ -41,6 +41,10 @@ pub const SCOPE: &str = "acct_bench";
 pub const BODY: &str = r#"{"items":[{"sku":"sku_1","quantity":2}]}"#;
 /// The endpoint.
 pub const PATH: &str = "/v1/orders";
+/// How many resident records (and orders) [`Bench::populate`] gives PostgreSQL's tables.
+pub const RESIDENT: i32 = 100_000;
+/// Their scope.
+pub const RESIDENT_SCOPE: &str = "acct_bench_resident";
 
 /// The claim's lease and the record's retention the floor writes (the [`Policy`] defaults:
 /// 30 seconds and 72 hours), in milliseconds.
@@ -587,32 +591,155 @@ impl Bench {
         Ok(())
     }
 
-    /// Deletes what the runs left behind: every row of `bench_orders` (this module's own
-    /// table) and the key records of those orders (scope [`SCOPE`]), so that repeated runs do
-    /// not grow the database.
+    /// Puts the tables back into one state before a variant is timed, so that no variant
+    /// inherits another's dead rows or pays for its clean-up: deletes what earlier runs left
+    /// (the orders in scope [`SCOPE`] and their records), then on PostgreSQL runs `VACUUM` on `oncely_idempotency_keys`
+    /// and `bench_orders` (autovacuum is off on both while a [`Bench`] is open: one that
+    /// started in the middle of one variant's run slowed it down, and a quarter of a million
+    /// dead rows piled up over a run otherwise: see [`Bench::autovacuum`]), on SQLite a
+    /// `TRUNCATE` checkpoint of the WAL.
+    ///
+    /// Measured at 0ab903e: without it, the PostgreSQL layer's throughput moved by 10% between
+    /// two runs of the same binary while the floor's did not.
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    pub async fn settle(&self) -> Result<(), String> {
+        self.delete_rows(SCOPE).await?;
+        let result = match &self.pool {
+            Pool::Pg(pool) => sqlx::query("VACUUM oncely_idempotency_keys, bench_orders")
+                .execute(pool)
+                .await
+                .map(drop),
+            Pool::Lite(pool) => sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(pool)
+                .await
+                .map(drop),
+        };
+        result.map_err(|e| e.to_string())
+    }
+
+    /// Gives PostgreSQL's two tables the resident rows a real key table has (records kept for
+    /// the retention): [`RESIDENT`] complete records in scope [`RESIDENT_SCOPE`] and an order
+    /// each, unless they are there, then `ANALYZE`s both, so that the planner plans for a
+    /// table of that size whatever the timed runs have just deleted; nothing on SQLite.
+    /// [`Bench::cleanup`] deletes them. (Without them, [`Bench::settle`]'s `VACUUM` of a table
+    /// of only the bench's rows recorded it as empty, and the statements that read by key were
+    /// planned as sequential scans: replays ran at a third of their speed.)
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    pub async fn populate(&self) -> Result<(), String> {
+        let Pool::Pg(pool) = &self.pool else {
+            return Ok(());
+        };
+        let now = now_ms();
+        let statements = [
+            sqlx::query(
+                "INSERT INTO oncely_idempotency_keys (scope, key, fingerprint_version, \
+                 fingerprint, token, state, completed_at, response_status, response_headers, \
+                 response_body, response_body_retained, created_at, expires_at) \
+                 SELECT $1, 'resident-' || i, 1, sha256(i::text::bytea), 1, 'complete', $3, 201, \
+                 '\\x'::bytea, '\\x7b7d'::bytea, TRUE, $3, $4 FROM generate_series(1, $2) AS i \
+                 ON CONFLICT (scope, key) DO NOTHING",
+            ),
+            sqlx::query(
+                "INSERT INTO bench_orders (id, scope, idempotency_key, items, created_at) \
+                 SELECT 'ord_resident_' || i, $1, 'resident-' || i, '[]', $3 \
+                 FROM generate_series(1, $2) AS i ON CONFLICT (id) DO NOTHING",
+            ),
+        ];
+        for q in statements {
+            q.bind(RESIDENT_SCOPE)
+                .bind(i64::from(RESIDENT))
+                .bind(now)
+                .bind(now + RETENTION_MS)
+                .execute(pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        sqlx::query("ANALYZE oncely_idempotency_keys, bench_orders")
+            .execute(pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Turns PostgreSQL's autovacuum on (`RESET`, the database's default) or off for the two
+    /// tables the bench writes (`ALTER TABLE`, which waits for every open transaction on them:
+    /// the timed bench only, on its own database); nothing on SQLite. See [`Bench::settle`].
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    pub async fn autovacuum(&self, on: bool) -> Result<(), String> {
+        let Pool::Pg(pool) = &self.pool else {
+            return Ok(());
+        };
+        let ddl: [&'static str; 2] = if on {
+            [
+                "ALTER TABLE oncely_idempotency_keys RESET (autovacuum_enabled)",
+                "ALTER TABLE bench_orders RESET (autovacuum_enabled)",
+            ]
+        } else {
+            [
+                "ALTER TABLE oncely_idempotency_keys SET (autovacuum_enabled = false)",
+                "ALTER TABLE bench_orders SET (autovacuum_enabled = false)",
+            ]
+        };
+        for statement in ddl {
+            sqlx::query(statement)
+                .execute(pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Deletes what the runs left behind, and [`Bench::populate`]'s resident rows.
     ///
     /// # Errors
     ///
     /// The database's error.
     pub async fn cleanup(&self) -> Result<(), String> {
+        self.delete_rows(SCOPE).await?;
+        self.delete_rows(RESIDENT_SCOPE).await
+    }
+
+    /// Deletes the orders in `scope` of `bench_orders` (this module's own table) and their
+    /// key records, so that repeated runs do not grow the database ([`Bench::settle`]'s first
+    /// step).
+    async fn delete_rows(&self, scope: &str) -> Result<(), String> {
         let result = match &self.pool {
             Pool::Pg(pool) => sqlx::query(
                 "DELETE FROM oncely_idempotency_keys k USING bench_orders o \
-                     WHERE k.scope = $1 AND k.key = o.idempotency_key",
+                     WHERE k.scope = $1 AND o.scope = $1 AND k.key = o.idempotency_key",
             )
-            .bind(SCOPE)
+            .bind(scope)
             .execute(pool)
             .await
-            .and(sqlx::query("DELETE FROM bench_orders").execute(pool).await)
+            .and(
+                sqlx::query("DELETE FROM bench_orders WHERE scope = $1")
+                    .bind(scope)
+                    .execute(pool)
+                    .await,
+            )
             .map(drop),
             Pool::Lite(pool) => sqlx::query(
                 "DELETE FROM oncely_idempotency_keys WHERE scope = ?1 AND key IN \
-                     (SELECT idempotency_key FROM bench_orders)",
+                     (SELECT idempotency_key FROM bench_orders WHERE scope = ?1)",
             )
-            .bind(SCOPE)
+            .bind(scope)
             .execute(pool)
             .await
-            .and(sqlx::query("DELETE FROM bench_orders").execute(pool).await)
+            .and(
+                sqlx::query("DELETE FROM bench_orders WHERE scope = ?1")
+                    .bind(scope)
+                    .execute(pool)
+                    .await,
+            )
             .map(drop),
         };
         result.map_err(|e| e.to_string())
