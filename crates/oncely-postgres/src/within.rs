@@ -144,9 +144,11 @@ impl PostgresStore {
             .bind(request)
             .bind(now)
             .bind(expires_at)
-            .fetch_one(&mut *conn)
+            .fetch_optional(&mut *conn)
             .await?;
-        if row.try_get::<bool, _>("claimed")? {
+        if let Some(row) = &row
+            && row.try_get::<bool, _>("claimed")?
+        {
             return Ok(Some(ClaimOutcome::Claimed(Claim::new(
                 FencingToken(1),
                 lease_expires_at,
@@ -157,19 +159,20 @@ impl PostgresStore {
         // committed when the statement began. A record that is not in that snapshot was
         // committed while the insert waited for its inserter (or reaped in between): under
         // READ COMMITTED a statement of its own sees the latest committed version.
-        let row = if row.try_get::<Option<String>, _>("scope")?.is_some() {
-            row
-        } else {
-            let Some(row) = sqlx::query(sql::SELECT_RECORD)
-                .bind(req.id.scope.as_str())
-                .bind(req.id.key.as_str())
-                .fetch_optional(&mut *conn)
-                .await?
-            else {
-                // Deleted (reaped) in between: insert again.
-                return Ok(None);
-            };
-            row
+        let row = match row {
+            Some(row) => row,
+            None => {
+                let Some(row) = sqlx::query(sql::SELECT_RECORD)
+                    .bind(req.id.scope.as_str())
+                    .bind(req.id.key.as_str())
+                    .fetch_optional(&mut *conn)
+                    .await?
+                else {
+                    // Deleted (reaped) in between: insert again.
+                    return Ok(None);
+                };
+                row
+            }
         };
         let existing = record_from_row(&row).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
         let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
