@@ -39,6 +39,8 @@ pub(crate) struct Config {
     pub(crate) drain: Arc<crate::drain::DrainState>,
     /// Duplicates of this process's own transactional claims, waiting in the process.
     pub(crate) local: Arc<crate::local::LocalClaims>,
+    /// Keeps the store timeout's timer from waking a parked worker ([`crate::keeper`]).
+    pub(crate) keeper: Arc<crate::keeper::TimerKeeper>,
     pub(crate) dialect: Arc<dyn crate::Dialect>,
 }
 
@@ -102,6 +104,7 @@ impl IdempotencyLayer {
                 metrics: Arc::new(Metrics::default()),
                 drain: Arc::default(),
                 local: Arc::default(),
+                keeper: Arc::default(),
                 dialect: Arc::new(crate::ProblemJson),
             },
         }

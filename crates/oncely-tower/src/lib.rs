@@ -106,6 +106,7 @@ pub mod context;
 pub mod dialect;
 pub mod drain;
 mod future;
+mod keeper;
 pub mod key_source;
 mod layer;
 mod local;

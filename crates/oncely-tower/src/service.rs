@@ -222,6 +222,7 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let policy = &config.policy;
+    config.keeper.ensure(config.store_timeout);
     let uri = original_uri(&req).clone();
     let requirement = config.key_rule.requirement(req.method(), uri.path());
     if requirement == crate::KeyRequirement::Ignored {
