@@ -146,8 +146,9 @@ impl PostgresStore {
             .bind(expires_at)
             .fetch_optional(&mut *conn)
             .await?;
+        // `claimed` is the first column (by index: no lookup of its name).
         if let Some(row) = &row
-            && row.try_get::<bool, _>("claimed")?
+            && row.try_get::<bool, _>(0)?
         {
             return Ok(Some(ClaimOutcome::Claimed(Claim::new(
                 FencingToken(1),

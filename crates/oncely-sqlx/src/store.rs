@@ -169,6 +169,15 @@ pub trait SqlStore: KeyStore + Clone {
         Ok(true)
     }
 
+    /// Whether [`SqlStore::still_open`] asks the database for this `hot`: when `false`, the
+    /// phase skips the call (and its boxed future) and takes the transaction as open.
+    /// Default: `false` (the default `still_open` answers `true` without asking).
+    /// PostgreSQL: `!hot`.
+    fn checks_still_open(&self, hot: bool) -> bool {
+        let _ = hot;
+        false
+    }
+
     /// Rolls back the transaction of a phase that the handler dropped unfinished (an error, or
     /// an early return), and says whether it had ended behind the phase's back: the handler ran
     /// `COMMIT` or `ROLLBACK` through its `Tx`, so what it wrote may have committed (with the
@@ -302,6 +311,23 @@ delegate!(
     sqlx::Postgres,
     checkpoint_in,
     complete_in,
+    // The default's steps, with the store's inherent methods: no boxed future for the
+    // lock-free answer (always none on PostgreSQL), the begin or the claim.
+    async fn claim_tx(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, sqlx::Postgres>>), StoreError> {
+        let mut tx = self.begin_tx().await?;
+        let outcome = oncely_postgres::PostgresStore::claim_in(self, &mut tx, req).await?;
+        match outcome {
+            ClaimOutcome::Claimed(_) => Ok((outcome, Some(tx))),
+            // Nothing was written: dropping `tx` rolls the empty transaction back.
+            other => Ok((other, None)),
+        }
+    },
+    fn checks_still_open(&self, hot: bool) -> bool {
+        !hot
+    },
     async fn still_open(
         &self,
         conn: &mut sqlx::PgConnection,

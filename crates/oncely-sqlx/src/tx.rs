@@ -443,7 +443,7 @@ async fn ensure_open<S: SqlStore>(
     tx: &mut Transaction<'static, S::Database>,
     hot: bool,
 ) -> Result<(), TxError> {
-    if sh.store.still_open(tx, &sh.id, hot).await? {
+    if !sh.store.checks_still_open(hot) || sh.store.still_open(tx, &sh.id, hot).await? {
         return Ok(());
     }
     log_ended(sh);
