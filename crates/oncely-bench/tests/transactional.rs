@@ -82,9 +82,16 @@ async fn check(bench: &Bench) {
                         "{seen:?}"
                     );
                 } else {
-                    // One logged statement per replay: the claim, which finds the committed
-                    // record and returns it (then the empty transaction is rolled back).
-                    assert_eq!(seen.len(), N, "{db} replay: statements {seen:?}");
+                    // Two logged statements per replay: the claim's insert, which does
+                    // nothing, then the read of the committed record (then the empty
+                    // transaction is rolled back).
+                    assert_eq!(seen.len(), 2 * N, "{db} replay: statements {seen:?}");
+                    let inserts = seen
+                        .iter()
+                        .filter(|s| s.starts_with("INSERT INTO oncely_idempotency_keys"))
+                        .count();
+                    let reads = seen.iter().filter(|s| s.starts_with("SELECT")).count();
+                    assert_eq!((inserts, reads), (N, N), "{db} replay: {seen:?}");
                 }
                 assert!(
                     !seen

@@ -29,43 +29,21 @@ pub(crate) const SELECT_RECORD: &str = concat!(
 /// expiry, `$6` request, `$7` now, `$8` expires_at. The primary key arbitrates: exactly one of
 /// any number of concurrent inserts returns a row; the others do nothing (no unique violation
 /// ever surfaces, case S11) and read the winner's record.
+///
+/// Also the claim inside the caller's transaction (`claim_in`), where an existing record is
+/// then read by [`SELECT_RECORD`], a statement of its own: measured with `pgbench` at 8
+/// clients, a claim transaction whose claim read the record in the same statement (a `WITH`
+/// of this insert, then a `LEFT JOIN` or `UNION ALL` of the record's read) ran at 0.85 to 0.93
+/// of the same transaction with this bare insert, because the server sets the read up on
+/// every execution, even when it does not run it. A replay thus costs two statements, a first
+/// execution one (issue 11: layer / floor 0.86 with the join, 0.93 with the bare insert, at
+/// concurrency 16; replays still ran at 2.9 times the first executions' rate).
 pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
     (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
      created_at, expires_at) \
     VALUES ($1, $2, $3, $4, 1, 'in_flight', $5, $6, $7, $8) \
     ON CONFLICT (scope, key) DO NOTHING \
     RETURNING token";
-
-/// A claim inside the caller's transaction, in one statement: [`INSERT_CLAIM`]'s insert (same
-/// parameters) and, when it inserted nothing, the existing record as this statement's snapshot
-/// sees it. At most one row: `claimed` (whether the insert won), then the record's columns
-/// ([`record_columns!`]), all `NULL` when the insert won (a data-modifying `WITH` is invisible
-/// to the rest of its statement). No row when the record is not in the snapshot: the insert
-/// waited for a concurrent transaction that inserted the key and committed after this
-/// statement began, or the record was reaped in between. Then a plain [`SELECT_RECORD`], a
-/// statement of its own with a fresh snapshot, reads it. A replay of a committed record thus
-/// costs this one statement, the same round trip as a first claim.
-///
-/// A `UNION ALL` of the record's read and the insert's row, not a `LEFT JOIN` of the two:
-/// measured with `pgbench` at 8 clients, a transaction with the join ran at 0.85 of the same
-/// transaction with the bare insert, with the union at 0.93 (the server initializes the
-/// read's index scan either way, and runs it only when the insert did nothing).
-pub(crate) const CLAIM_OR_READ: &str = concat!(
-    "WITH ins AS (INSERT INTO oncely_idempotency_keys \
-    (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
-     created_at, expires_at) \
-    VALUES ($1, $2, $3, $4, 1, 'in_flight', $5, $6, $7, $8) \
-    ON CONFLICT (scope, key) DO NOTHING \
-    RETURNING token) \
-    SELECT FALSE AS claimed, ",
-    record_columns!(),
-    " FROM oncely_idempotency_keys WHERE scope = $1 AND key = $2 \
-      AND NOT EXISTS (SELECT 1 FROM ins) \
-    UNION ALL SELECT TRUE, NULL::text, NULL::text, NULL::integer, NULL::bytea, NULL::bigint, \
-      NULL::text, NULL::bigint, NULL::text, NULL::bigint, NULL::integer, NULL::bytea, \
-      NULL::bytea, NULL::boolean, NULL::bytea, NULL::bigint, NULL::bigint, NULL::integer, \
-      NULL::bigint, NULL::bigint FROM ins"
-);
 
 /// The guard every claim `UPDATE` carries: the row must still be exactly the version
 /// `decide()` looked at. `$3` token, `$4` state, `$5` lease expiry, `$6` completion time, `$7`

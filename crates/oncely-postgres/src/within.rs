@@ -16,7 +16,6 @@ use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, RecordState,
     StoreError, StoredRequest, StoredResponse, UnixMillis, decide,
 };
-use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgQueryResult};
 use std::time::Duration;
 
@@ -81,7 +80,9 @@ impl PostgresStore {
     /// committing, for a claim that rides inside the caller's transaction.
     ///
     /// The insert comes first (`INSERT ... ON CONFLICT (scope, key) DO NOTHING RETURNING`): for
-    /// a new key that is the whole claim, one statement. While the caller's transaction is
+    /// a new key that is the whole claim, one statement; when it inserted nothing, a `SELECT`
+    /// of its own (a fresh snapshot: the latest committed version) reads the record, so a
+    /// replay costs two. While the caller's transaction is
     /// open, its uncommitted row holds the key: a concurrent claim of the same key through
     /// `claim_in` waits for it in its own insert, then finds the committed record (and
     /// replays it) or, if this transaction rolled back, inserts and executes. The wait is
@@ -135,7 +136,8 @@ impl PostgresStore {
         let now = self.clock().now_millis();
         let lease_expires_at = now.saturating_add(lease_millis(req.lease));
         let expires_at = now.saturating_add(duration_millis(req.retention));
-        let row = sqlx::query(sql::CLAIM_OR_READ)
+        // The insert alone, as the floor's (see `sql::INSERT_CLAIM`): a new key's whole claim.
+        let inserted: Option<i64> = sqlx::query_scalar(sql::INSERT_CLAIM)
             .bind(req.id.scope.as_str())
             .bind(req.id.key.as_str())
             .bind(i32::from(req.fingerprint.version()))
@@ -146,34 +148,24 @@ impl PostgresStore {
             .bind(expires_at)
             .fetch_optional(&mut *conn)
             .await?;
-        // `claimed` is the first column (by index: no lookup of its name).
-        if let Some(row) = &row
-            && row.try_get::<bool, _>(0)?
-        {
+        if inserted.is_some() {
             return Ok(Some(ClaimOutcome::Claimed(Claim::new(
                 FencingToken(1),
                 lease_expires_at,
                 ClaimKind::New,
             ))));
         }
-        // The record exists (the normal path, case S11), and the same statement read it, as
-        // committed when the statement began. A record that is not in that snapshot was
-        // committed while the insert waited for its inserter (or reaped in between): under
-        // READ COMMITTED a statement of its own sees the latest committed version.
-        let row = match row {
-            Some(row) => row,
-            None => {
-                let Some(row) = sqlx::query(sql::SELECT_RECORD)
-                    .bind(req.id.scope.as_str())
-                    .bind(req.id.key.as_str())
-                    .fetch_optional(&mut *conn)
-                    .await?
-                else {
-                    // Deleted (reaped) in between: insert again.
-                    return Ok(None);
-                };
-                row
-            }
+        // The record exists (the normal path, case S11). A statement of its own reads it: under
+        // READ COMMITTED it sees the latest committed version, also one committed while the
+        // insert waited for its inserter's transaction.
+        let Some(row) = sqlx::query(sql::SELECT_RECORD)
+            .bind(req.id.scope.as_str())
+            .bind(req.id.key.as_str())
+            .fetch_optional(&mut *conn)
+            .await?
+        else {
+            // Deleted (reaped) in between: insert again.
+            return Ok(None);
         };
         let existing = record_from_row(&row).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
         let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
