@@ -36,8 +36,8 @@ pub(crate) const SELECT_RECORD: &str = concat!(
 /// of this insert, then a `LEFT JOIN` or `UNION ALL` of the record's read) ran at 0.85 to 0.93
 /// of the same transaction with this bare insert, because the server sets the read up on
 /// every execution, even when it does not run it. A replay thus costs two statements, a first
-/// execution one (issue 11: layer / floor 0.86 with the join, 0.93 with the bare insert, at
-/// concurrency 16; replays still ran at 2.9 times the first executions' rate).
+/// execution one (issue 11: layer / floor 0.86 with the join, 0.90 to 0.93 with the bare
+/// insert, at concurrency 16; replays still ran at about 3 times the first executions' rate).
 pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
     (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
      created_at, expires_at) \

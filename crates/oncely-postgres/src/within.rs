@@ -80,12 +80,16 @@ impl PostgresStore {
     /// committing, for a claim that rides inside the caller's transaction.
     ///
     /// The insert comes first (`INSERT ... ON CONFLICT (scope, key) DO NOTHING RETURNING`): for
-    /// a new key that is the whole claim, one statement; when it inserted nothing, a `SELECT`
-    /// of its own (a fresh snapshot: the latest committed version) reads the record, so a
-    /// replay costs two. While the caller's transaction is
-    /// open, its uncommitted row holds the key: a concurrent claim of the same key through
-    /// `claim_in` waits for it in its own insert, then finds the committed record (and
-    /// replays it) or, if this transaction rolled back, inserts and executes. The wait is
+    /// a new key that is the whole claim, one statement. When it inserted nothing, a `SELECT`
+    /// of its own reads the record, so a replay costs two statements. While the caller's
+    /// transaction is open, its uncommitted row holds the key: a concurrent claim of the same
+    /// key through `claim_in` waits for it in its own insert, then, under `READ COMMITTED`
+    /// (PostgreSQL's default), finds the committed record with its `SELECT`, a statement with
+    /// a fresh snapshot (and replays it, or answers in flight), or, if this transaction rolled
+    /// back, inserts and executes. Under `REPEATABLE READ` or `SERIALIZABLE` (a server whose
+    /// default isolation is one of them), a claim that waited for a committed row fails
+    /// instead with a serialization failure, returned as [`StoreError::Unavailable`] (a `503`
+    /// from the layer: the client's retry replays). The wait is
     /// bounded by the transaction's `lock_timeout` ([`PostgresStore::TX_LOCK_TIMEOUT`], 4
     /// seconds, when it was begun with [`PostgresStore::begin_tx`]); when it runs out the answer
     /// is [`ClaimOutcome::InFlight`] (and the caller's transaction is aborted: roll it back).
@@ -157,7 +161,8 @@ impl PostgresStore {
         }
         // The record exists (the normal path, case S11). A statement of its own reads it: under
         // READ COMMITTED it sees the latest committed version, also one committed while the
-        // insert waited for its inserter's transaction.
+        // insert waited for its inserter's transaction (under REPEATABLE READ that insert has
+        // failed instead, see above).
         let Some(row) = sqlx::query(sql::SELECT_RECORD)
             .bind(req.id.scope.as_str())
             .bind(req.id.key.as_str())

@@ -59,7 +59,8 @@ pub trait SqlStore: KeyStore + Clone {
     /// open transaction holding the claim. The default runs
     /// [`answer_without_lock`](SqlStore::answer_without_lock), [`begin`](SqlStore::begin) and
     /// [`claim_in`](SqlStore::claim_in); SQLite's does the same on one connection in two hops
-    /// to its worker thread (`SqliteStore::claim_tx`).
+    /// to its worker thread (`SqliteStore::claim_tx`); PostgreSQL's runs the store's own
+    /// `begin_tx` and `claim_in` directly (it never answers without the lock).
     ///
     /// # Errors
     ///
@@ -139,7 +140,8 @@ pub trait SqlStore: KeyStore + Clone {
         retention: Duration,
     ) -> Result<(), StoreError>;
 
-    /// Whether the transaction [`SqlStore::begin`] opened for `id` is still open on `conn`:
+    /// Whether the transaction [`SqlStore::begin`] opened for `id` is still open on `conn`
+    /// (asked only where [`SqlStore::checks_still_open`] says so):
     /// `false` when it ended behind the phase's back (the handler ran `COMMIT` or `ROLLBACK`
     /// through the [`Tx`](crate::Tx), or the database rolled it back by itself), so that what
     /// the phase writes next would not commit with its business writes. Asked before a phase
@@ -169,13 +171,14 @@ pub trait SqlStore: KeyStore + Clone {
         Ok(true)
     }
 
-    /// Whether [`SqlStore::still_open`] asks the database for this `hot`: when `false`, the
-    /// phase skips the call (and its boxed future) and takes the transaction as open.
-    /// Default: `false` (the default `still_open` answers `true` without asking).
-    /// PostgreSQL: `!hot`.
+    /// Whether a phase calls [`SqlStore::still_open`] for this `hot`: when `false`, the phase
+    /// skips the call (and its boxed future) and takes the transaction as open. Default:
+    /// `true`, so a store that overrides `still_open` is always asked. SQLite: `false` (its
+    /// check rides in the phase's own write); PostgreSQL: `!hot` (its `still_open` answers
+    /// `true` without asking when `hot`).
     fn checks_still_open(&self, hot: bool) -> bool {
         let _ = hot;
-        false
+        true
     }
 
     /// Rolls back the transaction of a phase that the handler dropped unfinished (an error, or
@@ -275,6 +278,10 @@ delegate!(
     sqlx::Sqlite,
     checkpoint_guarded_in,
     complete_guarded_in,
+    // The check rides in the phase's own write (`ended_behind`): nothing to ask first.
+    fn checks_still_open(&self, _hot: bool) -> bool {
+        false
+    },
     fn ended_behind(&self, error: &StoreError) -> bool {
         matches!(
             error,
