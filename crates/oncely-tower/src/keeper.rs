@@ -9,17 +9,28 @@
 //! request than the floor (strace, issue 11), and those went away without the timeout.
 //!
 //! With one timer always due within [`TimerKeeper::period`] (a task that sleeps in a loop), a
-//! store timeout due later than that never moves the driver's next wake-up earlier, so it is
-//! registered without a wake-up. The cost is the keeper's own wake-up, once a period. Nothing
-//! depends on it for correctness: every bound is still a tokio timer, and where the keeper is
-//! not running (no runtime at the first request, or another runtime than the first) a timer
-//! merely costs the wake-up again.
+//! store timeout due later than that (any of 20 milliseconds and up) never moves the driver's
+//! next wake-up earlier, so it is registered without a wake-up. The cost is the keeper's own
+//! wake-up, once a period. Nothing depends on it for correctness: every bound is still a tokio
+//! timer, and where the keeper is not running (no runtime at the first request, or another
+//! runtime than the first) a timer merely costs the wake-up again.
+//!
+//! One keeper serves a layer and its clones (and every service made from them), and its period
+//! is set by the store timeout of the first request's layer;
+//! [`IdempotencyLayer::with_store_timeout`] gives the layer a keeper of its own.
+//!
+//! Under tokio's paused clock (`start_paused`, tests), the runtime advances the clock to the
+//! next timer whenever it is idle, also while a task waits for real I/O; with the keeper's timer
+//! pending it does so in steps of the period instead of jumping straight to the store timeout,
+//! so a store call over real I/O still runs into the store timeout, only in more steps.
+//!
+//! [`IdempotencyLayer::with_store_timeout`]: crate::IdempotencyLayer::with_store_timeout
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// One layer's keeper task: started on the runtime of the first request, ended when the
-/// layer and every service made from it are dropped.
+/// A layer's keeper task: started on the runtime of the first keyed request, ended when the
+/// layer, its clones and every service made from them are dropped.
 #[derive(Debug, Default)]
 pub(crate) struct TimerKeeper {
     task: OnceLock<Option<tokio::task::AbortHandle>>,
@@ -27,7 +38,8 @@ pub(crate) struct TimerKeeper {
 
 impl TimerKeeper {
     /// How often the keeper wakes up: half of `store_timeout`, between 10 milliseconds and 1
-    /// second (so that a store timeout is always due after the keeper's next wake-up).
+    /// second (so that a store timeout of 20 milliseconds or more is always due after the
+    /// keeper's next wake-up).
     pub(crate) fn period(store_timeout: Duration) -> Duration {
         (store_timeout / 2).clamp(Duration::from_millis(10), Duration::from_secs(1))
     }

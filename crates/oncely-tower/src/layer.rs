@@ -54,7 +54,9 @@ pub(crate) struct Config {
 /// ([`KeySource::default()`]), a 5-second store timeout, no extra fingerprint headers, and the
 /// system clock.
 ///
-/// Cloning is cheap; clones share their [`Metrics`].
+/// Cloning is cheap; clones share their [`Metrics`], and the one background task (started at
+/// the first keyed request, one wake-up a second) that keeps each claim's store-timeout timer
+/// from waking an idle worker thread.
 ///
 /// ```
 /// use oncely_core::{MemoryStore, Policy, InFlightBehavior};
@@ -197,6 +199,9 @@ impl IdempotencyLayer {
     /// flight until its lease lapses, and a retry after that takes it over.
     pub fn with_store_timeout(mut self, t: Duration) -> Self {
         self.config.store_timeout = t;
+        // The keeper's period follows the store timeout (see `crate::keeper`): a keeper of its
+        // own, not one shared with clones of other timeouts.
+        self.config.keeper = Arc::default();
         self
     }
 

@@ -222,12 +222,12 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let policy = &config.policy;
-    config.keeper.ensure(config.store_timeout);
     let uri = original_uri(&req).clone();
     let requirement = config.key_rule.requirement(req.method(), uri.path());
     if requirement == crate::KeyRequirement::Ignored {
         return pass_through(inner, req).await;
     }
+    config.keeper.ensure(config.store_timeout);
     // A header source is read before anything else; a body source once the body is in.
     let header_key = config.key_source.key_in_headers(req.headers());
     let key = match header_key {
