@@ -85,7 +85,15 @@ struct Round {
     switches: BTreeMap<&'static str, f64>,
 }
 
-async fn measure(bench: &Bench, concurrency: usize, n: usize, rounds: usize) -> Vec<Round> {
+/// `settle`: whether each timed variant starts from settled tables ([`Bench::settle`]; the
+/// timed bench only, not `cargo test --benches`).
+async fn measure(
+    bench: &Bench,
+    concurrency: usize,
+    n: usize,
+    rounds: usize,
+    settle: bool,
+) -> Vec<Round> {
     let db = bench.db.name();
     // Warm-up: every variant's statements prepared, the pool full, the caches warm.
     for v in Variant::ALL {
@@ -105,10 +113,12 @@ async fn measure(bench: &Bench, concurrency: usize, n: usize, rounds: usize) -> 
         for k in 0..3 {
             let v = Variant::ALL[(r + k) % 3];
             // Every variant starts from the same tables (see `Bench::settle`).
-            bench
-                .settle()
-                .await
-                .unwrap_or_else(|e| panic!("{db} settle: {e}"));
+            if settle {
+                bench
+                    .settle()
+                    .await
+                    .unwrap_or_else(|e| panic!("{db} settle: {e}"));
+            }
             let prefix = run_prefix();
             let cpu = cpu_seconds();
             let cs = context_switches();
@@ -305,8 +315,16 @@ fn main() {
                 Err(why) => eprintln!("transactional/{}: skipped: {why}", db.name()),
             }
         }
+        // The tables' autovacuum setting and resident rows are changed on a database of the
+        // bench's own only, never on the test database the URL falls back to.
+        let own_db = std::env::var_os("ONCELY_BENCH_POSTGRES_URL").is_some();
+        if timed && !own_db && dbs.contains("postgres") {
+            eprintln!(
+                "transactional/postgres: ONCELY_BENCH_POSTGRES_URL is unset: on the test database, autovacuum stays on and no resident rows are added (the figures are less comparable)"
+            );
+        }
         for bench in &benches {
-            if timed {
+            if timed && (own_db || bench.db == Db::Sqlite) {
                 bench
                     .autovacuum(false)
                     .await
@@ -317,7 +335,7 @@ fn main() {
                     .unwrap_or_else(|e| panic!("{}: resident rows: {e}", bench.db.name()));
             }
             for (concurrency, n) in [(16, requests), (1, requests / 4)] {
-                let r = measure(bench, concurrency, n, rounds).await;
+                let r = measure(bench, concurrency, n, rounds, timed).await;
                 report(bench.db, concurrency, n, &r);
             }
         }
@@ -331,7 +349,10 @@ fn main() {
             if let Err(e) = bench.cleanup().await {
                 eprintln!("transactional/{}: cleanup failed: {e}", bench.db.name());
             }
-            if timed && let Err(e) = bench.autovacuum(true).await {
+            if timed
+                && (own_db || bench.db == Db::Sqlite)
+                && let Err(e) = bench.autovacuum(true).await
+            {
                 eprintln!(
                     "transactional/{}: autovacuum back on failed: {e}",
                     bench.db.name()

@@ -593,13 +593,14 @@ impl Bench {
 
     /// Puts the tables back into one state before a variant is timed, so that no variant
     /// inherits another's dead rows or pays for its clean-up: deletes what earlier runs left
-    /// (the orders in scope [`SCOPE`] and their records), then on PostgreSQL runs `VACUUM` on `oncely_idempotency_keys`
-    /// and `bench_orders` (autovacuum is off on both while a [`Bench`] is open: one that
-    /// started in the middle of one variant's run slowed it down, and a quarter of a million
-    /// dead rows piled up over a run otherwise: see [`Bench::autovacuum`]), on SQLite a
-    /// `TRUNCATE` checkpoint of the WAL.
+    /// (the orders in scope [`SCOPE`] and their records), then on PostgreSQL runs `VACUUM` on
+    /// `oncely_idempotency_keys` and `bench_orders`, on SQLite a `TRUNCATE` checkpoint of the
+    /// WAL. The timed bench also turns autovacuum off on the two tables for its run
+    /// ([`Bench::autovacuum`]): an autovacuum that started in the middle of one variant's run
+    /// slowed that variant down.
     ///
-    /// Measured at 0ab903e: without it, the PostgreSQL layer's throughput moved by 10% between
+    /// Measured at 0ab903e: without it, 2.4 million dead rows had piled up over a session's
+    /// runs (about 250,000 a run), and the PostgreSQL layer's throughput moved by 10% between
     /// two runs of the same binary while the floor's did not.
     ///
     /// # Errors
@@ -668,8 +669,11 @@ impl Bench {
     }
 
     /// Turns PostgreSQL's autovacuum on (`RESET`, the database's default) or off for the two
-    /// tables the bench writes (`ALTER TABLE`, which waits for every open transaction on them:
-    /// the timed bench only, on its own database); nothing on SQLite. See [`Bench::settle`].
+    /// tables the bench writes (`ALTER TABLE ... SET (autovacuum_enabled ...)`, which takes a
+    /// `SHARE UPDATE EXCLUSIVE` lock: it waits for a running `VACUUM`, `ANALYZE` or schema
+    /// change on them, not for inserts or updates); nothing on SQLite. The timed bench calls it
+    /// on a database of its own only (`ONCELY_BENCH_POSTGRES_URL`); a run that panics leaves
+    /// autovacuum off on the two tables until the next run ends. See [`Bench::settle`].
     ///
     /// # Errors
     ///

@@ -2,8 +2,8 @@
 //! variant answers `201`, writes one order row per request, and (floor, layer) leaves a
 //! complete record whose stored response names that order; a replay through the layer writes
 //! nothing; the layer's first execution commits once and its replay never commits; on
-//! PostgreSQL, the statements per request are counted (a replay is one logged statement). No
-//! timing.
+//! PostgreSQL, the statements per request are counted (a replay is two logged statements: the
+//! claim's insert, which does nothing, and the record's read). No timing.
 //!
 //! One test function, so the process-wide statement counter sees only its own statements.
 //! PostgreSQL runs when `ONCELY_TEST_POSTGRES_URL` (or `ONCELY_BENCH_POSTGRES_URL`) is set.
