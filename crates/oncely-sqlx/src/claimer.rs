@@ -24,9 +24,10 @@ use std::sync::{Arc, Mutex};
 /// - A duplicate that reaches the process running the first request waits in that process,
 ///   holding no database connection ([`Claimer::local_wait`], up to
 ///   [`LOCAL_WAIT`](Self::LOCAL_WAIT), then `409`), and claims once the first's claim has
-///   committed (a replay: two statements on PostgreSQL, one on SQLite). So a burst of retries of one slow request cannot
-///   take the pool's connections from other keys' requests. Only the waits of duplicates
-///   that reach other processes happen in the database, as above.
+///   committed (a replay: two statements on PostgreSQL, one on SQLite). So a burst of
+///   retries of one slow request cannot take the pool's connections from other keys'
+///   requests. Only the waits of duplicates that reach other processes happen in the
+///   database, as above.
 /// - Once a multi-step request committed its first phase, a duplicate gets the layer's usual
 ///   in-flight answer while it runs.
 /// - A replay or a mismatch never enters the handler and never leaves a write behind (on SQLite
