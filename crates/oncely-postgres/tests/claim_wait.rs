@@ -52,6 +52,14 @@ async fn b_waits_for_a(
     (a, claim.token, b)
 }
 
+/// B's answer once A's transaction ended (bounded, so a wait that never ends fails the test).
+async fn answer_of(b: tokio::task::JoinHandle<ClaimOutcome>) -> ClaimOutcome {
+    tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .expect("B is answered once A's transaction ended")
+        .expect("B's task")
+}
+
 async fn store() -> Option<PostgresStore> {
     common::store(SystemClock).await
 }
@@ -78,10 +86,7 @@ async fn a_claim_that_waited_for_a_completed_claim_replays_it() {
         .await
         .expect("complete A");
     a.commit().await.expect("commit A");
-    let outcome = tokio::time::timeout(Duration::from_secs(10), b)
-        .await
-        .expect("B is answered once A committed")
-        .expect("B's task");
+    let outcome = answer_of(b).await;
     match outcome {
         ClaimOutcome::Replay { response: got, .. } => assert_eq!(got, response),
         other => panic!("B replays A's committed response: {other:?}"),
@@ -95,10 +100,7 @@ async fn a_claim_that_waited_for_a_committed_in_flight_claim_is_in_flight() {
     let (a, _token, b) = b_waits_for_a(&store, &id).await;
     // A's first phase commits its claim only (a multi-step request at its first checkpoint).
     a.commit().await.expect("commit A");
-    let outcome = tokio::time::timeout(Duration::from_secs(10), b)
-        .await
-        .expect("B is answered once A committed")
-        .expect("B's task");
+    let outcome = answer_of(b).await;
     assert!(
         matches!(outcome, ClaimOutcome::InFlight { .. }),
         "A's live lease holds the key: {outcome:?}"
@@ -111,10 +113,7 @@ async fn a_claim_that_waited_for_a_rolled_back_claim_claims_the_key() {
     let id = fresh_id();
     let (a, _token, b) = b_waits_for_a(&store, &id).await;
     a.rollback().await.expect("roll A back");
-    let outcome = tokio::time::timeout(Duration::from_secs(10), b)
-        .await
-        .expect("B is answered once A rolled back")
-        .expect("B's task");
+    let outcome = answer_of(b).await;
     match outcome {
         ClaimOutcome::Claimed(claim) => {
             assert_eq!(claim.kind, ClaimKind::New, "nothing of A's remains");
