@@ -11,6 +11,9 @@
 //! default 1500; a quarter of it at concurrency 1), `ONCELY_BENCH_DBS` (`postgres,sqlite`).
 //! Prints a Markdown table per database and concurrency. Run without `--bench` (as
 //! `cargo test --benches` does), it makes one round of 40 requests.
+//!
+//! `crates/oncely-bench/split-cores.sh` runs it with PostgreSQL on core 0 and the bench on core 1
+//! (the split of a database on a host of its own; docs/PERFORMANCE.md, issue 11 round 6).
 
 #![allow(missing_docs)]
 
