@@ -20,9 +20,9 @@
 //! types are always raw bytes.
 //!
 //! A JSON body that is not I-JSON (RFC 7493) has no fingerprint: two members with the same name,
-//! a lone surrogate escape, or a number a double may not carry exactly (more than 15 significant
-//! digits, an exponent beyond +-300, a value beyond the range of normal doubles; see
-//! [`crate::jcs`]). RFC 8785 is defined over I-JSON only, and such a body may be read as two
+//! a lone surrogate escape, or a number that is not exactly the value of its canonical form
+//! (more digits than the shortest form of its nearest double, as `9007199254740993`, or a value
+//! beyond the range of normal doubles; see [`crate::jcs`]). RFC 8785 is defined over I-JSON only, and such a body may be read as two
 //! different requests by two parsers (`{"amount":1,"amount":5000}` is 1 for one and 5000 for
 //! another). [`Fingerprinter::try_fingerprint`] refuses it with
 //! [`FingerprintError::NotIJson`], which the layer answers with `400
@@ -419,6 +419,27 @@ mod tests {
         );
         assert_eq!(
             refused(br#"{"n":9007199254740993}"#),
+            jcs::JcsErrorKind::InexactNumber
+        );
+        // What JavaScript serializes `Math.PI` and `0.1 + 0.2` to, and a 16-digit id, are
+        // I-JSON: each is exactly its double's shortest form. Another spelling of the same
+        // decimal is the same request; a decimal that only rounds to the same double is not.
+        for (body, same) in [
+            (
+                &br#"{"pi":3.141592653589793}"#[..],
+                &br#"{ "pi" : 3141592653589793e-15 }"#[..],
+            ),
+            (br#"[0.30000000000000004]"#, br#"[30000000000000004E-17]"#),
+            (
+                br#"{"id":1234567890123456}"#,
+                br#"{"id":1234567890123456.0}"#,
+            ),
+        ] {
+            let f = try_fp(JSON, body).unwrap();
+            assert_eq!(try_fp(JSON, same).unwrap(), f);
+        }
+        assert_eq!(
+            refused(br#"{"pi":3.1415926535897932}"#),
             jcs::JcsErrorKind::InexactNumber
         );
         // Any +json type is JSON; other media types are raw bytes and never refused.

@@ -23,10 +23,16 @@
 //!   a parser that keeps the first value and one that keeps the last would read two different
 //!   requests;
 //! - a `\u` escape of a surrogate that is not half of a pair (RFC 7493 section 2.1);
-//! - a number that a double may not carry exactly enough to stay distinct from its neighbours
-//!   (RFC 7493 section 2.2): more than 15 significant digits (leading zeros do not count,
-//!   trailing zeros do), an exponent written with more than 3 digits or beyond +-300, or a value
-//!   that overflows or falls below the smallest normal double (about `2.2e-308`) once read.
+//! - a number that is not exactly the value of its canonical form (RFC 7493 section 2.2: I-JSON
+//!   numbers are read as doubles, and RFC 8785 writes the shortest form of that double). A
+//!   number of at most 15 significant digits (leading zeros do not count) with an exponent of at
+//!   most 3 digits and +-300 always is; a longer one, or one with a larger exponent, is accepted
+//!   when its decimal value equals that of the shortest form of its nearest double
+//!   (`3.141592653589793`, `0.30000000000000004`, `9007199254740991`, `1e308` are;
+//!   `9007199254740993`, whose nearest double is `9007199254740992`, and
+//!   `3.1415926535897932` are not: each would share its canonical form with a different
+//!   decimal, and a parser that keeps every digit reads the two apart). A value that overflows
+//!   a double or falls below the smallest normal double (about `2.2e-308`) is refused too.
 //!
 //! Noncharacters such as U+FFFF, which RFC 7493 also excludes, are accepted: they have one
 //! canonical form and every parser reads them alike.
@@ -107,7 +113,7 @@ impl fmt::Display for JcsErrorKind {
             Self::DuplicateName => "an object has two members with the same name",
             Self::LoneSurrogate => "a string escapes a lone UTF-16 surrogate",
             Self::InexactNumber => {
-                "a number has more than 15 significant digits or an exponent beyond what a double carries exactly"
+                "a number is not exactly the value of a double (it has more digits than the shortest form of its nearest double, or is beyond the range of normal doubles)"
             }
             Self::TooLarge => "the body is 4 GiB or more",
         })
@@ -975,16 +981,15 @@ impl<'a> Parser<'a> {
                 significant += 1;
             }
         }
-        if significant > 15 || !exp_ok {
-            self.violate(JcsErrorKind::InexactNumber, start);
-            self.push(K_NUM, 0, start, p);
-            return Ok(());
-        }
+        // Up to 15 significant digits and a modest exponent, every decimal is the shortest form
+        // of its nearest double; beyond, it is accepted only if it is exactly that form's value.
+        let must_be_exact = significant > 15 || !exp_ok;
         // Already canonical without reading it as a double: plain notation at most 15
         // significant digits (so the shortest form of the nearest double is these digits),
         // no trailing zero in the fraction, no `-0`, and a value of at least 1e-6 when below 1
         // (ECMAScript writes smaller values with an exponent).
-        let canonical = !has_exp
+        let canonical = !must_be_exact
+            && !has_exp
             && match frac {
                 None => !(neg && int_end - int_start == 1 && src[int_start] == b'0'),
                 Some((fs, fe)) => {
@@ -1010,6 +1015,13 @@ impl<'a> Parser<'a> {
         }
         let mut buf = ryu_js::Buffer::new();
         let out = buf.format_finite(value).as_bytes();
+        if must_be_exact && !same_decimal(token, out) {
+            // Two different decimals would share this canonical form: one of them would replay
+            // the other's record, although a parser that keeps every digit reads them apart.
+            self.violate(JcsErrorKind::InexactNumber, start);
+            self.push(K_NUM, 0, start, p);
+            return Ok(());
+        }
         self.len += out.len() as u64;
         if out == token {
             self.push(K_NUM, 0, start, p);
@@ -1022,6 +1034,49 @@ impl<'a> Parser<'a> {
         }
         Ok(())
     }
+}
+
+/// A JSON number token as `(negative, digits, point)`, its value being `0.digits x 10^point`,
+/// with no leading or trailing zero in `digits` (empty for zero). `token` has JSON's grammar.
+fn decimal_parts(token: &[u8]) -> (bool, Vec<u8>, i64) {
+    let neg = token.first() == Some(&b'-');
+    let body = if neg { &token[1..] } else { token };
+    let (mantissa, exponent) = match body.iter().position(|&b| b == b'e' || b == b'E') {
+        Some(i) => (&body[..i], &body[i + 1..]),
+        None => (body, &b""[..]),
+    };
+    let (exp_neg, exp_digits) = match exponent.first() {
+        Some(b'-') => (true, &exponent[1..]),
+        Some(b'+') => (false, &exponent[1..]),
+        _ => (false, exponent),
+    };
+    // Saturating: an exponent past i64 cannot describe a finite double, whose parts we compare.
+    let e = exp_digits.iter().fold(0_i64, |v, d| {
+        v.saturating_mul(10).saturating_add(i64::from(d - b'0'))
+    });
+    let e = if exp_neg { -e } else { e };
+    let int_len = mantissa
+        .iter()
+        .position(|&b| b == b'.')
+        .unwrap_or(mantissa.len());
+    let mut digits: Vec<u8> = mantissa.iter().copied().filter(|&b| b != b'.').collect();
+    let leading = digits.iter().take_while(|&&d| d == b'0').count();
+    digits.drain(..leading);
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    let point = (int_len as i64 - leading as i64).saturating_add(e);
+    (neg, digits, point)
+}
+
+/// Whether two JSON number tokens denote exactly the same decimal value (`-0` and `0` do).
+fn same_decimal(a: &[u8], b: &[u8]) -> bool {
+    let (an, ad, ap) = decimal_parts(a);
+    let (bn, bd, bp) = decimal_parts(b);
+    if ad.is_empty() || bd.is_empty() {
+        return ad.is_empty() && bd.is_empty();
+    }
+    an == bn && ad == bd && ap == bp
 }
 
 fn hex4(src: &[u8], at: usize) -> Option<u32> {
@@ -1390,20 +1445,54 @@ mod tests {
             .filter(|b| b.is_ascii_digit())
             .skip_while(|&&b| b == b'0')
             .count();
-        if significant > 15 {
+        let short = significant <= 15
+            && match exponent {
+                None => true,
+                Some(e) => {
+                    let digits: Vec<u8> = e.iter().copied().filter(u8::is_ascii_digit).collect();
+                    digits.len() <= 3
+                        && std::str::from_utf8(&digits)
+                            .ok()
+                            .and_then(|s| s.parse::<u32>().ok())
+                            .is_some_and(|n| n <= 300)
+                }
+            };
+        if short {
+            return true;
+        }
+        // Longer: the token must be exactly the decimal that std writes for its nearest double
+        // (`{:e}`, the shortest round-trip digits), compared as scientific notation.
+        let Ok(v) = std::str::from_utf8(tok).unwrap_or("x").parse::<f64>() else {
+            return false;
+        };
+        if !v.is_finite() || (v != 0.0 && !v.is_normal()) {
             return false;
         }
-        match exponent {
-            None => true,
-            Some(e) => {
-                let digits: Vec<u8> = e.iter().copied().filter(u8::is_ascii_digit).collect();
-                digits.len() <= 3
-                    && std::str::from_utf8(&digits)
-                        .ok()
-                        .and_then(|s| s.parse::<u32>().ok())
-                        .is_some_and(|n| n <= 300)
-            }
+        oracle_scientific(tok) == oracle_scientific(format!("{v:e}").as_bytes())
+    }
+
+    /// A number token in scientific notation with its digits stripped of zeros at both ends
+    /// (`"-120.50e1"` is `"-1205e3"`: `-0.1205 x 10^4`); zero is `"0"`.
+    fn oracle_scientific(tok: &[u8]) -> String {
+        let text = std::str::from_utf8(tok).unwrap();
+        let (neg, text) = match text.strip_prefix('-') {
+            Some(t) => (true, t),
+            None => (false, text),
+        };
+        let (m, e) = text.split_once(['e', 'E']).unwrap_or((text, "0"));
+        let e: i64 = e.trim_start_matches('+').parse().unwrap();
+        let (int, frac) = m.split_once('.').unwrap_or((m, ""));
+        let all = format!("{int}{frac}");
+        let trimmed = all.trim_start_matches('0');
+        if trimmed.is_empty() {
+            return "0".to_owned();
         }
+        let point = int.len() as i64 - (all.len() - trimmed.len()) as i64 + e;
+        format!(
+            "{}{}e{point}",
+            if neg { "-" } else { "" },
+            trimmed.trim_end_matches('0')
+        )
     }
 
     /// A JSON value read by serde with duplicate member names refused: an independent check
@@ -1617,15 +1706,47 @@ mod tests {
         assert_eq!(kind(r#""\ud800""#), JcsErrorKind::LoneSurrogate);
         assert_eq!(kind(r#""\udc00\ud800""#), JcsErrorKind::LoneSurrogate);
         assert_eq!(kind(r#"{"\ud800x":1}"#), JcsErrorKind::LoneSurrogate);
+        // A number is refused when its canonical form (the shortest form of its nearest double)
+        // is a different decimal: another body would share it.
         for n in [
             "9007199254740993",
+            "18014398509481985",
+            "3.1415926535897932",
             "0.1000000000000000000001",
-            "1e301",
-            "1e0001",
+            "0.1000000000000000055511151231257827021181583404541015625",
             "999999999999999e300",
             "0.0000000001e-300",
+            "1e99999",
         ] {
             assert_eq!(kind(n), JcsErrorKind::InexactNumber, "{n}");
+        }
+        // Beyond 15 significant digits or an exponent of 300, a number that is exactly its
+        // double's shortest form is I-JSON (what JavaScript's `Math.PI` and `0.1 + 0.2`
+        // serialize to, a 16-digit id, an integer up to 2^53 or an exact one beyond).
+        for (n, want) in [
+            ("3.141592653589793", "3.141592653589793"),
+            ("0.30000000000000004", "0.30000000000000004"),
+            ("-0.30000000000000004", "-0.30000000000000004"),
+            ("9007199254740991", "9007199254740991"),
+            ("1234567890123456", "1234567890123456"),
+            ("1796168454571896", "1796168454571896"),
+            ("18014398509481984", "18014398509481984"),
+            ("1e308", "1e+308"),
+            ("1E+308", "1e+308"),
+            ("1e301", "1e+301"),
+            ("1e0001", "10"),
+            ("2.2250738585072014e-308", "2.2250738585072014e-308"),
+            ("1.0000000000000000", "1"),
+            ("-0.0000000000000000e5", "0"),
+            ("314159265358979.30e-14", "3.141592653589793"),
+        ] {
+            let got = canonicalize(n.as_bytes()).unwrap_or_else(|e| panic!("{n}: {e}"));
+            assert_eq!(String::from_utf8(got).unwrap(), want, "{n}");
+            assert_eq!(
+                oracle(n.as_bytes()).as_deref(),
+                Some(want.as_bytes()),
+                "{n}"
+            );
         }
         // The refusal is only reported for JSON: a syntax error after it makes it not JSON.
         assert_eq!(kind(r#"[{"a":1,"a":2},"#), JcsErrorKind::Syntax);
@@ -1876,6 +1997,44 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(
             std::env::var("ONCELY_JCS_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(4096)
         ))]
+
+        /// Every normal double, written in its shortest form (what any JSON serializer writes,
+        /// ECMAScript's or Rust's), is I-JSON and canonicalizes to ECMAScript's form; the same
+        /// digits with a nonzero digit appended are a different decimal with the same nearest
+        /// double or a neighbour, and are refused (they would share a canonical form).
+        #[test]
+        fn every_double_in_shortest_form_is_accepted(bits in any::<u64>(), extra in 1_u8..10) {
+            let v = f64::from_bits(bits);
+            prop_assume!(v.is_normal());
+            let want = ryu_js::Buffer::new().format_finite(v).to_owned();
+            let got = canonicalize(want.as_bytes());
+            prop_assert_eq!(got.as_deref().ok(), Some(want.as_bytes()), "{}", want);
+            // Rust's own shortest forms are the same decimal, except where the double lies
+            // exactly halfway between two 17-digit decimals: ECMAScript takes the even one and
+            // Rust may not; the other decimal is then refused like any that is not the
+            // canonical form's.
+            for text in [format!("{v:e}"), format!("{v:?}")] {
+                let got = canonicalize(text.as_bytes());
+                if oracle_scientific(text.as_bytes()) == oracle_scientific(want.as_bytes()) {
+                    prop_assert_eq!(got.as_deref().ok(), Some(want.as_bytes()), "{}", text);
+                } else {
+                    prop_assert_eq!(got.map_err(|e| e.kind()), Err(JcsErrorKind::InexactNumber), "{}", text);
+                }
+            }
+            // `{:e}` gives the shortest digits (at most 17) as `d.ddde<exp>`: with zeros and a
+            // digit appended, 18 or more significant digits are never a double's shortest form.
+            let sci = format!("{v:e}");
+            let (m, e) = sci.split_once('e').unwrap();
+            let pad = "0".repeat(17);
+            let m = if m.contains('.') { format!("{m}{pad}{extra}") } else { format!("{m}.{pad}{extra}") };
+            let longer = format!("{m}e{e}");
+            let r = canonicalize(longer.as_bytes());
+            if r.is_ok() {
+                // Accepted only if it is the same decimal after all (never: the digit is not 0).
+                prop_assert!(false, "{} accepted as {:?}", longer, r);
+            }
+            prop_assert_eq!(r.unwrap_err().kind(), JcsErrorKind::InexactNumber);
+        }
 
         #[test]
         fn same_as_the_tree_on_generated_json(v in json_value(), seed in any::<u64>()) {

@@ -30,9 +30,9 @@ fn reference_inputs_give_the_reference_outputs() {
 }
 
 /// `values.json` holds `333333333.33333329` (17 significant digits; its reference output
-/// `333333333.3333333` has 16): a double does not carry it exactly enough for version 1's
-/// guard (at most 15 significant digits), so it is not I-JSON for us (RFC 7493 section 2.2) and
-/// is refused. With that one number shortened to 15 digits in the input and in the reference
+/// `333333333.3333333` has 16): it is not exactly the value of its canonical form (the shortest
+/// form of its nearest double), so another decimal would share that form; it is not I-JSON for
+/// us (RFC 7493 section 2.2) and is refused. With that one number shortened to 15 digits in the input and in the reference
 /// output, every other value comes out as the reference says.
 #[test]
 fn reference_values_refuse_an_inexact_number_and_match_otherwise() {
