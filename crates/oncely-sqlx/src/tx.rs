@@ -418,13 +418,44 @@ impl<S: SqlStore> Tx<S> {
 }
 
 /// The error of a phase's write: [`TxError::TransactionEnded`] (logged) when the store's
-/// write found the transaction ended behind the phase's back ([`SqlStore::ended_behind`]).
+/// write found the transaction ended behind the phase's back ([`SqlStore::ended_behind`]);
+/// [`TxError::Database`] with the database's error (logged) when an earlier statement of the
+/// handler failed and aborted the transaction, its error ignored (PostgreSQL's SQLSTATE
+/// `25P02`, "current transaction is aborted"): the handler's failure, not the key store's, so
+/// it is answered as the handler's own `?` on that statement would have been (`500
+/// database_error`, not retryable), never as a store outage (`503`, retryable).
 fn ended_or<S: SqlStore>(sh: &Shared<S>, e: StoreError) -> TxError {
-    if !sh.store.ended_behind(&e) {
-        return e.into();
+    if sh.store.ended_behind(&e) {
+        log_ended(sh);
+        return TxError::TransactionEnded;
     }
-    log_ended(sh);
-    TxError::TransactionEnded
+    match e {
+        StoreError::Unavailable(source) if aborted_by_the_handler(&*source) => {
+            match source.downcast::<sqlx::Error>() {
+                Ok(db) => {
+                    tracing::error!(
+                        scope = %sh.id.scope,
+                        key = %sh.id.key,
+                        token = sh.token.0,
+                        "a statement of the handler failed and aborted its idempotent transaction, and the handler went on to Tx::commit or Tx::checkpoint: nothing of this phase is recorded; return the statement's error (with `?`) instead of ignoring it"
+                    );
+                    TxError::Database(*db)
+                }
+                Err(source) => StoreError::Unavailable(source).into(),
+            }
+        }
+        other => other.into(),
+    }
+}
+
+/// Whether a store error is PostgreSQL's "current transaction is aborted, commands ignored
+/// until end of transaction block" (SQLSTATE `25P02`): the transaction failed before the
+/// store's write was sent.
+fn aborted_by_the_handler(source: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    matches!(
+        source.downcast_ref::<sqlx::Error>(),
+        Some(sqlx::Error::Database(db)) if db.code().as_deref() == Some("25P02")
+    )
 }
 
 fn log_ended<S: SqlStore>(sh: &Shared<S>) {

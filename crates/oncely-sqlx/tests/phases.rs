@@ -41,6 +41,9 @@ trait Db: SqlStore + Sized {
     /// transaction (the hot path): SQLite checks its savepoint there; PostgreSQL does not (a
     /// round trip), and the response is then stored by itself and answered.
     const GUARDS_HOT_COMMIT: bool;
+    /// Whether a failed statement aborts the transaction it ran in (PostgreSQL; SQLite goes
+    /// on, and only that statement failed).
+    const FAILED_STATEMENT_ABORTS: bool;
     /// Runs `sql` (no binds) on `conn`.
     async fn raw(
         conn: &mut <Self::Database as Database>::Connection,
@@ -67,6 +70,7 @@ trait Db: SqlStore + Sized {
 impl Db for oncely_sqlite::SqliteStore {
     const OPEN_PHASE_WAIT: Duration = Duration::ZERO;
     const GUARDS_HOT_COMMIT: bool = true;
+    const FAILED_STATEMENT_ABORTS: bool = false;
     async fn raw(conn: &mut sqlx::SqliteConnection, sql: &'static str) -> Result<(), sqlx::Error> {
         sqlx::query(sql).execute(conn).await.map(drop)
     }
@@ -122,6 +126,7 @@ impl Db for oncely_sqlite::SqliteStore {
 impl Db for oncely_postgres::PostgresStore {
     const OPEN_PHASE_WAIT: Duration = oncely_postgres::PostgresStore::TX_LOCK_TIMEOUT;
     const GUARDS_HOT_COMMIT: bool = false;
+    const FAILED_STATEMENT_ABORTS: bool = true;
     async fn raw(conn: &mut sqlx::PgConnection, sql: &'static str) -> Result<(), sqlx::Error> {
         sqlx::query(sql).execute(conn).await.map(drop)
     }
@@ -341,29 +346,32 @@ fn take(n: &AtomicUsize) -> bool {
         .is_ok()
 }
 
+/// Inserts a business row for the request's key in `tx`; returns the key.
+async fn own_row<S: Db>(tx: &mut Tx<S>) -> Result<String, TxError> {
+    let k = tx.id().key.as_str().to_owned();
+    let id = format!("row_{}", uuid::Uuid::new_v4().simple());
+    S::insert_row(tx, &id, &k).await?;
+    Ok(k)
+}
+
 /// A row, then a statement that fails, with `?` (the handler's own error).
 async fn failing<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
-    let k = tx.id().key.as_str().to_owned();
-    S::insert_row(
-        &mut tx,
-        &format!("row_{}", uuid::Uuid::new_v4().simple()),
-        &k,
-    )
-    .await?;
+    own_row(&mut tx).await?;
     S::broken(&mut tx).await?;
     tx.commit("unreachable").await
+}
+
+/// A row, then a statement that fails, its error ignored, then the commit.
+async fn ignores_failure<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
+    own_row(&mut tx).await?;
+    let _ignored = S::broken(&mut tx).await;
+    tx.commit("committed anyway").await
 }
 
 /// A row, then the record moves on to another token in the same transaction: the completing
 /// write is fenced, and the row goes with the rollback.
 async fn fenced<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
-    let k = tx.id().key.as_str().to_owned();
-    S::insert_row(
-        &mut tx,
-        &format!("row_{}", uuid::Uuid::new_v4().simple()),
-        &k,
-    )
-    .await?;
+    let k = own_row(&mut tx).await?;
     S::bump_token(&mut tx, &k).await?;
     tx.commit((StatusCode::CREATED, "created")).await
 }
@@ -416,25 +424,13 @@ async fn ends_itself<S: Db>(headers: HeaderMap, mut tx: Tx<S>) -> Result<Respons
 
 /// A handler bug: writes, then answers success without committing.
 async fn forget<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
-    let k = tx.id().key.as_str().to_owned();
-    S::insert_row(
-        &mut tx,
-        &format!("row_{}", uuid::Uuid::new_v4().simple()),
-        &k,
-    )
-    .await?;
+    own_row(&mut tx).await?;
     Ok((StatusCode::CREATED, "created (not really)").into_response())
 }
 
 /// A response body that breaks while it is produced.
 async fn broken_stream<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
-    let k = tx.id().key.as_str().to_owned();
-    S::insert_row(
-        &mut tx,
-        &format!("row_{}", uuid::Uuid::new_v4().simple()),
-        &k,
-    )
-    .await?;
+    own_row(&mut tx).await?;
     let chunks: Vec<Result<&'static str, std::io::Error>> =
         vec![Ok("part;"), Err(std::io::Error::other("the stream broke"))];
     let body = Body::from_stream(futures::stream::iter(chunks));
@@ -476,6 +472,7 @@ async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
         .route("/forget", post(forget::<S>))
         .route("/broken", post(broken_stream::<S>))
         .route("/failing", post(failing::<S>))
+        .route("/ignores_failure", post(ignores_failure::<S>))
         .route("/fenced", post(fenced::<S>))
         .route("/ends_itself", post(ends_itself::<S>))
         .with_state(Arc::clone(&app))
@@ -980,6 +977,43 @@ async fn a_failed_first_phase_leaves_nothing<S: Db>() {
     );
 }
 
+/// A handler that ignores a failed statement and commits: where the failure aborted the
+/// transaction (PostgreSQL), the commit is the handler's failure, answered as its own `?`
+/// would have been (`500 database_error`, not retryable, nothing committed, the key free, and
+/// a retry runs again), never as a key store outage (`503`, retryable); where it did not
+/// (SQLite), the rest of the transaction commits and replays.
+async fn an_ignored_failed_statement_is_the_handlers_failure<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    let first = send(&h.router, request("/ignores_failure", &k, &[])).await;
+    if !S::FAILED_STATEMENT_ABORTS {
+        assert_eq!(first.status, 200);
+        assert_eq!(first.body, b"committed anyway");
+        assert_eq!(h.app.store.rows(&k).await, 1);
+        let again = send(&h.router, request("/ignores_failure", &k, &[])).await;
+        assert!(again.replayed);
+        assert_eq!(again.body, b"committed anyway");
+        assert_eq!(h.app.store.rows(&k).await, 1);
+        return;
+    }
+    for attempt in 0..2 {
+        let got = send(&h.router, request("/ignores_failure", &k, &[])).await;
+        assert_eq!(got.status, 500, "attempt {attempt}");
+        assert!(!got.replayed);
+        let problem: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+        assert_eq!(problem["code"], "database_error", "attempt {attempt}");
+        assert_eq!(problem["retryable"], false);
+        assert_eq!(h.app.store.rows(&k).await, 0);
+        assert_eq!(
+            h.app.store.get(&rid(&k)).await.unwrap(),
+            None,
+            "the key is free after attempt {attempt}"
+        );
+    }
+}
+
 /// The completing write is conditional on the token even inside the phase's own transaction:
 /// when the record moved on to another token, `Tx::commit` is fenced (`409`) and the
 /// business row rolls back with it.
@@ -1228,6 +1262,10 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_failed_first_phase_leaves_nothing() {
                 super::a_failed_first_phase_leaves_nothing::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn an_ignored_failed_statement_is_the_handlers_failure() {
+                super::an_ignored_failed_statement_is_the_handlers_failure::<$store>().await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_fenced_completion_commits_nothing() {
