@@ -22,11 +22,19 @@
 //! A JSON body that is not I-JSON (RFC 7493) has no fingerprint: two members with the same name,
 //! a lone surrogate escape, or a number that is not exactly the value of its canonical form
 //! (more digits than the shortest form of its nearest double, as `9007199254740993`, or a value
-//! beyond the range of normal doubles; see [`crate::jcs`]). RFC 8785 is defined over I-JSON only, and such a body may be read as two
-//! different requests by two parsers (`{"amount":1,"amount":5000}` is 1 for one and 5000 for
-//! another). [`Fingerprinter::try_fingerprint`] refuses it with
-//! [`FingerprintError::NotIJson`], which the layer answers with `400
-//! idempotency_body_not_canonicalizable` before any claim.
+//! beyond the range of normal doubles; see [`crate::jcs`]). RFC 8785 is defined over I-JSON
+//! only, and such a body may be read as two different requests by two parsers
+//! (`{"amount":1,"amount":5000}` is 1 for one and 5000 for another).
+//! [`Fingerprinter::try_fingerprint`] refuses it with [`FingerprintError::NotIJson`], which the
+//! layer answers with `400 idempotency_body_not_canonicalizable` before any claim.
+//!
+//! Numbers of 16 or 17 significant digits that are their double's shortest form
+//! (`3.141592653589793`, what JavaScript writes for `Math.PI`) were refused until December
+//! 2026, and are accepted now. No fingerprint from [`Fingerprinter::try_fingerprint`] changed
+//! (such bodies had none). The non-refusing [`Fingerprinter::fingerprint`] hashed such a body
+//! as raw bytes and now hashes its canonical form: a record stored that way before the change
+//! and retried after it, within its replay window, answers `422` (a mismatch, never a wrong
+//! replay).
 //!
 //! Credentials are never part of the fingerprint: the scope carries identity, and a rotated API
 //! key must not turn a retry into a mismatch.

@@ -31,8 +31,12 @@
 //!   (`3.141592653589793`, `0.30000000000000004`, `9007199254740991`, `1e308` are;
 //!   `9007199254740993`, whose nearest double is `9007199254740992`, and
 //!   `3.1415926535897932` are not: each would share its canonical form with a different
-//!   decimal, and a parser that keeps every digit reads the two apart). A value that overflows
-//!   a double or falls below the smallest normal double (about `2.2e-308`) is refused too.
+//!   decimal, and a parser that keeps every digit reads the two apart). Where a double lies
+//!   exactly halfway between two shortest decimals (`600000000000000.25` between `…0.2` and
+//!   `…0.3`), only ECMAScript's even one is its shortest form: JavaScript, Python and serde_json
+//!   write it, Rust's `{}` for `f64` may write the other, which is refused. A value that
+//!   overflows a double or falls below the smallest normal double (about `2.2e-308`) is refused
+//!   too.
 //!
 //! Noncharacters such as U+FFFF, which RFC 7493 also excludes, are accepted: they have one
 //! canonical form and every parser reads them alike.
@@ -90,7 +94,9 @@ pub enum JcsErrorKind {
     DuplicateName,
     /// A `\u` escape of a surrogate that is not half of a pair (RFC 7493 section 2.1).
     LoneSurrogate,
-    /// A number a double may not carry exactly (RFC 7493 section 2.2; see the module docs).
+    /// A number whose decimal value is not that of its canonical form, the shortest form of its
+    /// nearest double, or that is beyond the range of normal doubles (RFC 7493 section 2.2; see
+    /// the module docs).
     InexactNumber,
     /// A body of 4 GiB (`u32::MAX` bytes) or more.
     TooLarge,
@@ -113,7 +119,7 @@ impl fmt::Display for JcsErrorKind {
             Self::DuplicateName => "an object has two members with the same name",
             Self::LoneSurrogate => "a string escapes a lone UTF-16 surrogate",
             Self::InexactNumber => {
-                "a number is not exactly the value of a double (it has more digits than the shortest form of its nearest double, or is beyond the range of normal doubles)"
+                "a number is not the decimal its canonical form writes (it has more digits than the shortest form of its nearest double, as 9007199254740993, whose nearest double is written 9007199254740992), or is beyond the range of normal doubles"
             }
             Self::TooLarge => "the body is 4 GiB or more",
         })
@@ -1389,8 +1395,9 @@ mod tests {
     use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
     use std::collections::HashSet;
 
-    /// Fingerprint version 1 before this module: a guard on number tokens, then a
-    /// `serde_json::Value` tree serialized by `serde_json_canonicalizer`. The oracle.
+    /// The tree-based canonicalizer fingerprint version 1 used before this module
+    /// (`serde_json::Value` serialized by `serde_json_canonicalizer`), behind a guard on number
+    /// tokens written independently of the parser's: the oracle.
     fn oracle(body: &[u8]) -> Option<Vec<u8>> {
         if !oracle_numbers_fit_doubles(body) {
             return None;
@@ -1460,15 +1467,18 @@ mod tests {
         if short {
             return true;
         }
-        // Longer: the token must be exactly the decimal that std writes for its nearest double
-        // (`{:e}`, the shortest round-trip digits), compared as scientific notation.
+        // Longer: the token must be exactly the decimal of its nearest double's ECMAScript
+        // form, compared as scientific notation. (Not std's `{:e}`: where a double lies
+        // exactly halfway between two 17-digit decimals, std may round up and ECMAScript
+        // rounds to even; the canonical form is ECMAScript's.)
         let Ok(v) = std::str::from_utf8(tok).unwrap_or("x").parse::<f64>() else {
             return false;
         };
         if !v.is_finite() || (v != 0.0 && !v.is_normal()) {
             return false;
         }
-        oracle_scientific(tok) == oracle_scientific(format!("{v:e}").as_bytes())
+        let shortest = ryu_js::Buffer::new().format_finite(v).to_owned();
+        oracle_scientific(tok) == oracle_scientific(shortest.as_bytes())
     }
 
     /// A number token in scientific notation with its digits stripped of zeros at both ends
@@ -1711,6 +1721,7 @@ mod tests {
         for n in [
             "9007199254740993",
             "18014398509481985",
+            "1152921504606846976",
             "3.1415926535897932",
             "0.1000000000000000000001",
             "0.1000000000000000055511151231257827021181583404541015625",
@@ -1720,9 +1731,11 @@ mod tests {
         ] {
             assert_eq!(kind(n), JcsErrorKind::InexactNumber, "{n}");
         }
-        // Beyond 15 significant digits or an exponent of 300, a number that is exactly its
-        // double's shortest form is I-JSON (what JavaScript's `Math.PI` and `0.1 + 0.2`
-        // serialize to, a 16-digit id, an integer up to 2^53 or an exact one beyond).
+        // Beyond 15 significant digits or an exponent of 300, a number that is the same decimal
+        // as its nearest double's shortest form is I-JSON (what JavaScript's `Math.PI` and
+        // `0.1 + 0.2` serialize to, a 16-digit id, an integer up to 2^53, or a larger one that
+        // is its double's shortest form, as 2^54). 2^60 written in full is not: its shortest
+        // form is `1152921504606847000`, another decimal.
         for (n, want) in [
             ("3.141592653589793", "3.141592653589793"),
             ("0.30000000000000004", "0.30000000000000004"),

@@ -61,8 +61,9 @@ pub enum ErrorCode {
     /// layer buffers for fingerprinting (RFC 9110 section 15.5.14).
     RequestTooLarge,
     /// `idempotency_body_not_canonicalizable`, `400`: the request body is JSON but not I-JSON
-    /// (RFC 7493: a member name repeated in one object, a lone surrogate escape, or a number a
-    /// double may not carry exactly), so it has no RFC 8785 canonical form and no fingerprint:
+    /// (RFC 7493: a member name repeated in one object, a lone surrogate escape, or a number
+    /// with more digits than its nearest double's shortest form), so it has no RFC 8785
+    /// canonical form and no fingerprint:
     /// refused before any claim, nothing ran. Not retryable unchanged: send the body without the
     /// repeated name (or the number as a string).
     BodyNotCanonicalizable,

@@ -17,7 +17,7 @@ use oncely_core::{Problem, StoreError};
 /// | [`TxError::Store`] | `503 idempotency_store_unavailable`, `Retry-After` | the key store failed; nothing of this phase committed |
 /// | [`TxError::Database`], transient | `503 database_unavailable`, `Retry-After` | a connection, lock or serialization failure; the phase rolled back, a retry with the same key runs it again |
 /// | [`TxError::Database`], refused | `422 database_refused`, not retryable | the database refused a value for good (a constraint, a value of the wrong shape: SQLSTATE classes 22 and 23, SQLite constraint errors); retrying the same request cannot succeed |
-/// | [`TxError::Database`], other | `500 database_error`, not retryable | also the answer to a handler that ignored a failed statement on PostgreSQL and went on to commit: the database had aborted the transaction (SQLSTATE `25P02`), so nothing committed |
+/// | [`TxError::Database`], other | `500 database_error`, not retryable | also the answer to a handler that ignored a failed statement on PostgreSQL and went on to `Tx::commit` or `Tx::checkpoint`: the database had aborted the transaction (SQLSTATE `25P02`), so nothing of the phase committed (the original error is lost: return it with `?` to get its own answer) |
 /// | [`TxError::RecoveryPoint`] | `500 recovery_point_invalid` | a stored recovery point does not decode as the handler's step type |
 ///
 /// A phase that fails rolls back: for a single-phase handler that undoes the claim too, so the

@@ -422,8 +422,11 @@ impl<S: SqlStore> Tx<S> {
 /// [`TxError::Database`] with the database's error (logged) when an earlier statement of the
 /// handler failed and aborted the transaction, its error ignored (PostgreSQL's SQLSTATE
 /// `25P02`, "current transaction is aborted"): the handler's failure, not the key store's, so
-/// it is answered as the handler's own `?` on that statement would have been (`500
-/// database_error`, not retryable), never as a store outage (`503`, retryable).
+/// it is answered as a failure in the database (`500 database_error`, not retryable), never as
+/// a store outage (`503`, retryable). The error that aborted the transaction is gone by then
+/// (only the handler's `?` on its statement keeps it, with its own answer: `503` for a
+/// transient one, `422` for a refused value), so the answer cannot say whether a retry would
+/// succeed.
 fn ended_or<S: SqlStore>(sh: &Shared<S>, e: StoreError) -> TxError {
     if sh.store.ended_behind(&e) {
         log_ended(sh);
@@ -474,8 +477,15 @@ async fn ensure_open<S: SqlStore>(
     tx: &mut Transaction<'static, S::Database>,
     hot: bool,
 ) -> Result<(), TxError> {
-    if !sh.store.checks_still_open(hot) || sh.store.still_open(tx, &sh.id, hot).await? {
+    if !sh.store.checks_still_open(hot) {
         return Ok(());
+    }
+    // The check is itself a statement: in a transaction a failed statement aborted, it fails
+    // as the phase's write would (see `ended_or`).
+    match sh.store.still_open(tx, &sh.id, hot).await {
+        Ok(true) => return Ok(()),
+        Ok(false) => {}
+        Err(e) => return Err(ended_or(sh, e)),
     }
     log_ended(sh);
     Err(TxError::TransactionEnded)

@@ -361,10 +361,17 @@ async fn failing<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
     tx.commit("unreachable").await
 }
 
-/// A row, then a statement that fails, its error ignored, then the commit.
-async fn ignores_failure<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
-    own_row(&mut tx).await?;
+/// A row, then a statement that fails, its error ignored, then the commit (or, with
+/// `x-then: checkpoint`, a checkpoint and a second phase).
+async fn ignores_failure<S: Db>(headers: HeaderMap, mut tx: Tx<S>) -> Result<Response, TxError> {
+    let k = own_row(&mut tx).await?;
     let _ignored = S::broken(&mut tx).await;
+    if headers.get("x-then").is_some_and(|v| v == "checkpoint") {
+        let next = tx.checkpoint(&Step::Recorded { row: k.clone() }).await?;
+        let mut tx = next.begin().await?;
+        S::insert_row(&mut tx, &format!("later_{k}"), &k).await?;
+        return tx.commit("committed anyway").await;
+    }
     tx.commit("committed anyway").await
 }
 
@@ -981,36 +988,42 @@ async fn a_failed_first_phase_leaves_nothing<S: Db>() {
 /// transaction (PostgreSQL), the commit is the handler's failure, answered as its own `?`
 /// would have been (`500 database_error`, not retryable, nothing committed, the key free, and
 /// a retry runs again), never as a key store outage (`503`, retryable); where it did not
-/// (SQLite), the rest of the transaction commits and replays.
+/// (SQLite), the rest of the transaction commits and replays. The same at a checkpoint.
 async fn an_ignored_failed_statement_is_the_handlers_failure<S: Db>() {
     let Some(h) = harness::<S>().await else {
         return;
     };
-    let k = key();
-    let first = send(&h.router, request("/ignores_failure", &k, &[])).await;
-    if !S::FAILED_STATEMENT_ABORTS {
-        assert_eq!(first.status, 200);
-        assert_eq!(first.body, b"committed anyway");
-        assert_eq!(h.app.store.rows(&k).await, 1);
-        let again = send(&h.router, request("/ignores_failure", &k, &[])).await;
-        assert!(again.replayed);
-        assert_eq!(again.body, b"committed anyway");
-        assert_eq!(h.app.store.rows(&k).await, 1);
-        return;
-    }
-    for attempt in 0..2 {
-        let got = send(&h.router, request("/ignores_failure", &k, &[])).await;
-        assert_eq!(got.status, 500, "attempt {attempt}");
-        assert!(!got.replayed);
-        let problem: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
-        assert_eq!(problem["code"], "database_error", "attempt {attempt}");
-        assert_eq!(problem["retryable"], false);
-        assert_eq!(h.app.store.rows(&k).await, 0);
-        assert_eq!(
-            h.app.store.get(&rid(&k)).await.unwrap(),
-            None,
-            "the key is free after attempt {attempt}"
-        );
+    for (then, rows) in [("commit", 1), ("checkpoint", 2)] {
+        let k = key();
+        let extra = [("x-then", then)];
+        if !S::FAILED_STATEMENT_ABORTS {
+            let first = send(&h.router, request("/ignores_failure", &k, &extra)).await;
+            assert_eq!(first.status, 200, "{then}");
+            assert_eq!(first.body, b"committed anyway");
+            assert_eq!(h.app.store.rows(&k).await, rows, "{then}");
+            let again = send(&h.router, request("/ignores_failure", &k, &extra)).await;
+            assert!(again.replayed, "{then}");
+            assert_eq!(again.body, b"committed anyway");
+            assert_eq!(h.app.store.rows(&k).await, rows, "{then}");
+            continue;
+        }
+        for attempt in 0..2 {
+            let got = send(&h.router, request("/ignores_failure", &k, &extra)).await;
+            assert_eq!(got.status, 500, "{then}, attempt {attempt}");
+            assert!(!got.replayed);
+            let problem: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+            assert_eq!(
+                problem["code"], "database_error",
+                "{then}, attempt {attempt}"
+            );
+            assert_eq!(problem["retryable"], false);
+            assert_eq!(h.app.store.rows(&k).await, 0, "{then}");
+            assert_eq!(
+                h.app.store.get(&rid(&k)).await.unwrap(),
+                None,
+                "{then}: the key is free after attempt {attempt}"
+            );
+        }
     }
 }
 
