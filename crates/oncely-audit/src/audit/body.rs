@@ -85,9 +85,12 @@ fn mutate_first(v: &mut Value, kind: Kind, pointer: String) -> Option<String> {
             let (old, new) = if let Some(i) = n.as_i64().filter(|i| *i < i64::MAX) {
                 (n.to_string(), Value::from(i + 1))
             } else if let Some(f) = n.as_f64() {
+                // Past 2^53 adding one may leave the same double (1e308 + 1 is 1e308), and so
+                // the same canonical body: negate it instead.
+                let changed = if f + 1.0 == f { -f } else { f + 1.0 };
                 (
                     n.to_string(),
-                    serde_json::Number::from_f64(f + 1.0).map(Value::Number)?,
+                    serde_json::Number::from_f64(changed).map(Value::Number)?,
                 )
             } else {
                 return None;
@@ -163,6 +166,10 @@ mod tests {
         assert_eq!(m, json!({"ok": false}));
         let (m, _) = mutated(&json!({"n": 1.5})).unwrap();
         assert_eq!(m, json!({"n": 2.5}));
+        // Where adding one leaves the same double, the number is negated instead.
+        let (m, d) = mutated(&json!({"n": 1e308})).unwrap();
+        assert_eq!(m, json!({"n": -1e308}));
+        assert_eq!(d, "changed /n from 1e+308 to -1e+308");
         let (m, d) = mutated(&json!({})).unwrap();
         assert_eq!(m, json!({"oncely_audit_probe": "changed"}));
         assert_eq!(d, "added the field /oncely_audit_probe");
