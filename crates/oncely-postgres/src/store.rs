@@ -49,10 +49,12 @@ use std::time::Duration;
 /// backoff, so they never reach the caller as a `500`.
 ///
 /// A statement waits for a row lock only when it writes a row that another transaction is
-/// writing: a takeover (or a heartbeat `renew`) of a record whose owner has a phase
-/// transaction open ([`PostgresStore::begin_tx`], then the `*_in` operations) waits until
-/// that transaction ends, which is exactly what makes a phase
-/// atomic with respect to takeovers. The wait is bounded by PostgreSQL's `lock_timeout`:
+/// writing: a claim of a key whose first request's transaction (the one that carries its
+/// claim, [`PostgresStore::begin_tx`], then the `*_in` operations) is still open waits until
+/// that transaction ends. A later phase of `oncely-sqlx` writes the record only in its closing
+/// statement (the recovery point or the stored response, fenced by the token), so a heartbeat
+/// `renew` never waits for a phase: a takeover that got in while the phase ran makes that
+/// closing write match no row, and nothing of the phase commits. The wait is bounded by PostgreSQL's `lock_timeout`:
 /// [`PostgresStore::connect`] sets it to [`PostgresStore::DEFAULT_LOCK_TIMEOUT`] (4 seconds) on
 /// its connections; past it the operation fails with [`StoreError::Unavailable`] (`503`,
 /// retryable). A store built with [`PostgresStore::from_pool`] inherits whatever the pool's
@@ -87,6 +89,9 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// The pool lease renewals run on ([`PostgresStore::LEASE_POOL_CONNECTIONS`] connections,
+    /// from the main pool's connect options, opened at the first renewal).
+    lease_pool: Arc<std::sync::OnceLock<PgPool>>,
     clock: Arc<dyn Clock>,
     /// Whether every connection of the pool runs with a `lock_timeout` of at most
     /// [`PostgresStore::TX_LOCK_TIMEOUT`], so a claim's transaction needs no `SET LOCAL`.
@@ -111,6 +116,12 @@ impl PostgresStore {
     /// How long [`PostgresStore::connect`]'s pool waits for a free connection before the
     /// operation fails with [`StoreError::Unavailable`]: 5 seconds.
     pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+    /// How many connections lease renewals ([`KeyStore::renew`], the layer's heartbeat) have to
+    /// themselves: 2, in a pool of their own, made from the main pool's connect options and
+    /// opened at the first renewal. A renewal never waits for a connection of the main pool,
+    /// so a pool that handlers' long transactions hold entirely cannot make a live request
+    /// lose its lease. Count them when you size the database's `max_connections`.
+    pub const LEASE_POOL_CONNECTIONS: u32 = 2;
     /// The most read-decide-write rounds one claim makes before giving up with
     /// [`StoreError::Unavailable`]: 32.
     pub const MAX_CLAIM_ROUNDS: u32 = 32;
@@ -165,6 +176,7 @@ impl PostgresStore {
     pub fn from_pool(pool: PgPool, clock: Arc<dyn Clock>) -> Self {
         Self {
             pool,
+            lease_pool: Arc::default(),
             clock,
             pool_lock_timeout_bounded: false,
         }
@@ -212,6 +224,18 @@ impl PostgresStore {
     /// The connection pool, for the application's own business tables.
     pub fn pool(&self) -> &sqlx::Pool<Postgres> {
         &self.pool
+    }
+
+    /// The pool of [`LEASE_POOL_CONNECTIONS`](Self::LEASE_POOL_CONNECTIONS) connections that
+    /// lease renewals use, made at the first call (inside the runtime, where sqlx's pool
+    /// starts its maintenance task).
+    fn lease_pool(&self) -> &PgPool {
+        self.lease_pool.get_or_init(|| {
+            PgPoolOptions::new()
+                .max_connections(Self::LEASE_POOL_CONNECTIONS)
+                .acquire_timeout(Self::DEFAULT_ACQUIRE_TIMEOUT)
+                .connect_lazy_with((*self.pool.connect_options()).clone())
+        })
     }
 
     /// The store's clock.
@@ -379,13 +403,18 @@ impl KeyStore for PostgresStore {
         lease: Duration,
     ) -> Result<UnixMillis, StoreError> {
         let until = self.clock.now_millis().saturating_add(lease_millis(lease));
+        if self.pool.is_closed() {
+            // The store was closed: renewals end with it.
+            return Err(map(sqlx::Error::PoolClosed));
+        }
+        let pool = self.lease_pool();
         let result = retry_transient!(
             sqlx::query(sql::RENEW)
                 .bind(id.scope.as_str())
                 .bind(id.key.as_str())
                 .bind(token.0)
                 .bind(until)
-                .execute(&self.pool)
+                .execute(pool)
                 .await
         )
         .map_err(map)?;

@@ -93,7 +93,6 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
             state: Mutex::new(State {
                 // A split store's claim committed at once in its key store.
                 committed: !self.store.atomic(),
-                phase_open: true,
                 completed: false,
                 recovery_point: claim.recovery_point.clone(),
                 deferred_request: deferred,

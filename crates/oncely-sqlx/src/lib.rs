@@ -78,16 +78,34 @@
 //!     };
 //!     // The claim, the payment row and the intent commit together, before the outside call.
 //!     let between = tx.checkpoint(&Step::Recorded { payment: payment.clone() }).await?;
-//!     let _key = oncely_sqlx::derived_key(between.id(), &payment, "charge"); // the processor's key
-//!     // ... charge the card with `_key` ...
-//!     let tx = between.begin().await?;
-//!     tx.commit((axum::http::StatusCode::CREATED, payment)).await
+//!     let key = oncely_sqlx::derived_key(between.id(), &payment, "charge"); // the processor's key
+//!     // The outside call, with no transaction open; refused if this request lost its claim.
+//!     let charge = between.call(|| charge_card(&key)).await?;
+//!     let tx = between.begin().await?; // the next phase records the call's result
+//!     tx.commit((axum::http::StatusCode::CREATED, charge)).await
 //! }
+//! # async fn charge_card(_key: &str) -> String { "ch_1".into() }
 //! ```
 //!
 //! A crash at any point resumes, on the client's retry or through the completer, at the last
 //! committed step; the outside call carries a key derived from ours, so even a repeated call
-//! is collapsed by the outside system. Between phases the layer's heartbeat renews the lease.
+//! is collapsed by the outside system.
+//!
+//! # Outside calls and the lease
+//!
+//! The rule: record the intent, commit, make the outside call with **no transaction open**
+//! ([`Between::call`]), record its result in the next phase. Between phases the request holds
+//! no connection and no lock, and the layer's heartbeat renews its lease however long the call
+//! takes; it also renews while a phase is open (a phase writes the record only in its closing
+//! statement on PostgreSQL; on SQLite an open phase holds the database's one write lock, which
+//! the renewal must wait for, so there a transaction held across an outside call lets the
+//! lease look lapsed until it commits, and stops every other writer meanwhile). A phase open
+//! for more than half the lease is logged as a warning. `Between::call` first makes sure the
+//! request still holds its claim (at once from what the heartbeat last saw, or by renewing
+//! it): a request whose heartbeat fell behind and whose key another request took over never
+//! makes its next outside call. With a short lease (for quick takeovers after a crash), keep it
+//! well above the store's worst answer time to a renewal, and make every outside call with
+//! `Between::call`. See [`Between`].
 
 mod claimer;
 mod error;

@@ -92,7 +92,8 @@ pub trait SqlStore: KeyStore + Clone {
         req: &ClaimRequest,
     ) -> Result<ClaimOutcome, StoreError>;
 
-    /// The fencing write that opens a phase: renews the lease to now plus `lease`.
+    /// The fencing write: renews the lease to now plus `lease` on `conn` (inside the caller's
+    /// transaction), if the record is still in flight with `token`.
     ///
     /// # Errors
     ///
@@ -104,6 +105,30 @@ pub trait SqlStore: KeyStore + Clone {
         token: FencingToken,
         lease: Duration,
     ) -> Result<UnixMillis, StoreError>;
+
+    /// What a later phase runs first, on its new transaction ([`Between::begin`](crate::Between::begin)).
+    /// Whatever it does, the phase's closing write ([`SqlStore::checkpoint_in`] or
+    /// [`SqlStore::complete_in`]) carries the fencing token, so a phase of a request that lost
+    /// its claim never commits.
+    ///
+    /// Default: [`SqlStore::renew_in`], a conditional renewal that also fails fast when the
+    /// claim was lost (SQLite, whose phase holds the one write lock from its `BEGIN IMMEDIATE`
+    /// anyway, and split stores, whose renewal commits at once in the key store). PostgreSQL:
+    /// nothing, so that the phase takes no row lock on the record for its whole duration, which
+    /// would make the layer's heartbeat wait for the phase to end while the lease lapsed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] or [`StoreError::Unavailable`].
+    async fn open_phase(
+        &self,
+        conn: &mut <Self::Database as Database>::Connection,
+        id: &RecordKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.renew_in(conn, id, token, lease).await.map(drop)
+    }
 
     /// Records a recovery point (and renews the lease). `request`, if given, is the encoded
     /// [`StoredRequest`](oncely_core::StoredRequest) of the request, stored with it unless the
@@ -152,8 +177,8 @@ pub trait SqlStore: KeyStore + Clone {
     /// savepoint `oncely_tx` (`BEGIN IMMEDIATE; SAVEPOINT oncely_tx`, or the claim's own
     /// hand-over), and the phase's own write releases it in the same statement, so the check
     /// rides in that write, on the hot path too, at no extra hop (see
-    /// [`SqlStore::ended_behind`]). PostgreSQL: one `SELECT age(xmin) <= 0` of the record (was it written by this very
-    /// transaction?), a round trip, so it is skipped (`true`) when `hot` (sqlx keeps the
+    /// [`SqlStore::ended_behind`]). PostgreSQL: one `SELECT transaction_timestamp() <> statement_timestamp()` (is this
+    /// statement part of a transaction that began earlier?), a round trip, so it is skipped (`true`) when `hot` (sqlx keeps the
     /// server's transaction status private, and no statement of the hot path can carry the
     /// check) except after a fenced completion, where it tells a handler's own `ROLLBACK` from
     /// a takeover.
@@ -335,6 +360,18 @@ delegate!(
     fn checks_still_open(&self, hot: bool) -> bool {
         !hot
     },
+    // No statement: a renewal at the phase's start would hold the record's row lock until the
+    // phase ends, and the heartbeat's renewals would wait for it while the lease lapsed. The
+    // phase's closing write is fenced, and `still_open` needs no write of the record.
+    async fn open_phase(
+        &self,
+        _conn: &mut sqlx::PgConnection,
+        _id: &RecordKey,
+        _token: FencingToken,
+        _lease: Duration,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    },
     async fn still_open(
         &self,
         conn: &mut sqlx::PgConnection,
@@ -357,10 +394,17 @@ delegate!(
     }
 );
 
-/// PostgreSQL: a row this transaction wrote (the claim, or the phase's fencing write) has
-/// `age(xmin) = 0` (or below, from a subtransaction) only while that transaction is open;
-/// after a `COMMIT` the statement runs in a transaction of its own and the age is positive,
-/// after a `ROLLBACK` the row is the older version (or gone).
+/// PostgreSQL: whether the statement runs inside the transaction the phase began. In a
+/// transaction block, `transaction_timestamp()` is the time of its first statement (the
+/// `BEGIN`, sent and answered before anything else of the phase), and `statement_timestamp()`
+/// the time this statement arrived, at least one round trip later; after a `COMMIT` or
+/// `ROLLBACK` behind the phase's back the check runs as a transaction of its own, where the two
+/// are the same value (PostgreSQL's documentation, "Current Date/Time"), when the check is sent as
+/// a simple query. Compared with `<>`,
+/// not `<`, so that a system clock stepped back between the two cannot make an open
+/// transaction look ended. In a transaction that a failed statement aborted, the
+/// check itself fails with `25P02`, which the phase reads as the handler's failure. It reads no
+/// table, so it holds no lock and needs no write of the record earlier in the phase.
 #[cfg(feature = "postgres")]
 mod postgres_guard {
     use oncely_core::{RecordKey, StoreError};
@@ -368,20 +412,19 @@ mod postgres_guard {
 
     pub(super) async fn still_open(
         conn: &mut PgConnection,
-        id: &RecordKey,
+        _id: &RecordKey,
         hot: bool,
     ) -> Result<bool, StoreError> {
         if hot {
             return Ok(true);
         }
-        let mine: Option<bool> = sqlx::query_scalar(
-            "SELECT age(xmin) <= 0 FROM oncely_idempotency_keys WHERE scope = $1 AND key = $2",
-        )
-        .bind(id.scope.as_str())
-        .bind(id.key.as_str())
-        .fetch_optional(conn)
-        .await
-        .map_err(StoreError::unavailable)?;
-        Ok(mine == Some(true))
+        // A simple query (one `Query` message): in the extended protocol the statement's
+        // timestamp is taken again at its `Execute` message, after the implicit transaction
+        // began at its `Bind`, so the two would differ even outside a transaction block.
+        let row = sqlx::raw_sql("SELECT transaction_timestamp() <> statement_timestamp()")
+            .fetch_one(conn)
+            .await
+            .map_err(StoreError::unavailable)?;
+        sqlx::Row::try_get::<bool, _>(&row, 0).map_err(StoreError::unavailable)
     }
 }

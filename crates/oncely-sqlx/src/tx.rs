@@ -5,13 +5,14 @@ use crate::error::{PhaseFailed, TxError, stopped_answer};
 use crate::store::SqlStore;
 use axum::response::{IntoResponse, Response};
 use oncely_core::{ClaimKind, FencingToken, RecordKey, StoreError};
+use oncely_tower::LeaseWatch;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{Database, Transaction};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the claimer, the handler's [`Tx`] and the layer share about one claimed request.
 pub(crate) struct Shared<S: SqlStore> {
@@ -36,7 +37,6 @@ pub(crate) struct Shared<S: SqlStore> {
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) committed: bool,
-    pub(crate) phase_open: bool,
     pub(crate) completed: bool,
     pub(crate) recovery_point: Option<String>,
     /// The request the claim left out (an atomic store's claimer defers it), until a
@@ -58,9 +58,6 @@ impl<S: SqlStore> Shared<S> {
 impl<S: SqlStore> oncely_tower::ClaimProgress for Shared<S> {
     fn committed(&self) -> bool {
         self.state().committed
-    }
-    fn phase_open(&self) -> bool {
-        self.state().phase_open
     }
     fn completed(&self) -> bool {
         self.state().completed
@@ -116,7 +113,6 @@ impl<S: SqlStore> Shared<S> {
     fn committed_with(&self, recovery_point: Option<String>) {
         {
             let mut state = self.state();
-            state.phase_open = false;
             state.committed = true;
             if recovery_point.is_some() {
                 state.recovery_point = recovery_point;
@@ -173,6 +169,10 @@ pub struct Tx<S: SqlStore> {
     /// Whether this is the transaction that carries the claim (not one of
     /// [`Between::begin`]).
     first: bool,
+    /// The claim's lease as the layer's heartbeat last saw it.
+    lease: Option<LeaseWatch>,
+    /// When this phase's transaction began (for the warning about phases held open long).
+    opened: Instant,
 }
 
 impl<S: SqlStore> fmt::Debug for Tx<S> {
@@ -221,7 +221,7 @@ impl<S: SqlStore> Drop for Tx<S> {
             // No runtime: sqlx rolls back on drop, unchecked.
             Err(_) => drop(tx),
         }
-        self.shared.state().phase_open = false;
+        warn_if_long(&self.shared, self.opened);
     }
 }
 
@@ -244,10 +244,17 @@ impl<S: SqlStore> Tx<S> {
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .ok_or(TxError::AlreadyTaken)?;
+        // The layer's view of the claim's lease, checked before outside calls (absent only
+        // where no layer claimed, as in the server's baseline mode).
+        let lease = extensions
+            .get::<oncely_tower::IdempotencyContext>()
+            .map(|ctx| ctx.lease_watch().clone());
         Ok(Self {
             tx: Some(tx),
             shared: Arc::clone(&slot.0),
             first: true,
+            lease,
+            opened: Instant::now(),
         })
     }
 
@@ -335,10 +342,8 @@ impl<S: SqlStore> Tx<S> {
         let mut tx = self.take();
         let sh = Arc::clone(&self.shared);
         let hot = self.first;
-        if let Err(e) = ensure_open(&sh, &mut tx, hot).await {
-            sh.state().phase_open = false;
-            return Err(e);
-        }
+        warn_if_long(&sh, self.opened);
+        ensure_open(&sh, &mut tx, hot).await?;
         // Whether a split store recorded the intent (then it is the recovery point, whatever
         // happens next).
         let mut recorded = false;
@@ -363,7 +368,6 @@ impl<S: SqlStore> Tx<S> {
             split_finish(&sh, tx, intent.as_deref(), &stored, &mut recorded).await
         };
         let mut state = sh.state();
-        state.phase_open = false;
         if let Some(rp) = intent.filter(|_| recorded) {
             state.recovery_point = Some(rp);
         }
@@ -387,10 +391,8 @@ impl<S: SqlStore> Tx<S> {
         let rp = serde_json::to_string(step)?;
         let mut tx = self.take();
         let sh = &self.shared;
-        if let Err(e) = ensure_open(sh, &mut tx, false).await {
-            sh.state().phase_open = false;
-            return Err(e);
-        }
+        warn_if_long(sh, self.opened);
+        ensure_open(sh, &mut tx, false).await?;
         let request = sh
             .state()
             .deferred_request
@@ -401,18 +403,14 @@ impl<S: SqlStore> Tx<S> {
             .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease, request.as_deref())
             .await
         {
-            sh.state().phase_open = false;
             return Err(ended_or(sh, e));
         }
-        let committed = tx.commit().await;
-        if let Err(e) = committed {
-            sh.state().phase_open = false;
-            return Err(e.into());
-        }
+        tx.commit().await?;
         sh.state().deferred_request = None;
         sh.committed_with(Some(rp));
         Ok(Between {
             shared: Arc::clone(&self.shared),
+            lease: self.lease.clone(),
         })
     }
 }
@@ -470,6 +468,22 @@ fn log_ended<S: SqlStore>(sh: &Shared<S>) {
     );
 }
 
+/// Warns about a phase whose transaction was open for more than half the lease: an outside
+/// call made inside it holds its connection and locks meanwhile (on SQLite, the write lock that
+/// every other writer and this request's lease renewal wait for). See [`Between`].
+fn warn_if_long<S: SqlStore>(sh: &Shared<S>, opened: Instant) {
+    let open = opened.elapsed();
+    if open > sh.lease / 2 {
+        tracing::warn!(
+            scope = %sh.id.scope,
+            key = %sh.id.key,
+            open_ms = open.as_millis() as u64,
+            lease_ms = sh.lease.as_millis() as u64,
+            "a phase's transaction was open for more than half the lease: hold no transaction across an outside call (make it between phases, with Between::call); on SQLite an open phase holds the write lock, so the lease could not be renewed meanwhile"
+        );
+    }
+}
+
 /// Refuses to record anything on a transaction that ended behind the phase's back (see
 /// [`SqlStore::still_open`] and [`TxError::TransactionEnded`]).
 async fn ensure_open<S: SqlStore>(
@@ -516,9 +530,36 @@ fn decode_step<T: DeserializeOwned>(rp: Option<&str>) -> Result<Option<T>, TxErr
 }
 
 /// A multi-step request between two phases, after [`Tx::checkpoint`] committed: make the
-/// outside call, then [`Between::begin`] the next phase. The layer renews the lease meanwhile.
+/// outside call with [`Between::call`], then [`Between::begin`] the next phase.
+///
+/// # Outside calls, phases and the lease
+///
+/// The rule: record the intent, commit, call the outside system with **no transaction open**,
+/// record its result in the next phase. That is the shape this type gives a handler:
+///
+/// ```text
+/// let between = tx.checkpoint(&Step::Recorded { .. }).await?;   // phase 1 commits the intent
+/// let charge = between.call(|| charge_card(key)).await?;        // no transaction open
+/// let mut tx = between.begin().await?;                           // phase 2 records the result
+/// ```
+///
+/// Between phases the request holds no database connection and no lock, and the layer's
+/// heartbeat renews its lease (every `Policy::heartbeat`, a third of the lease by default),
+/// also while a phase is open, so an outside call may take many times the lease. An outside
+/// call made inside a phase (a `Tx` held across it) works, but holds a pooled connection and
+/// the phase's locks for the call's whole duration: on SQLite that is the database's one write
+/// lock, so no other request (and no renewal of this one's lease) can write meanwhile, and
+/// readers see this request's lease lapse. A phase held open for more than half the lease is
+/// logged as a warning for that reason.
+///
+/// Before each outside call, [`Between::call`] makes sure the request still holds its claim:
+/// a request whose heartbeat fell behind (a blocked runtime thread, a slow or failing store)
+/// may have lost its lease to another request, which then resumes the work from the last
+/// recovery point and makes the call itself. A request that lost its claim never makes its
+/// next outside call ([`TxError::Fenced`], answered `409 idempotency_request_in_flight`).
 pub struct Between<S: SqlStore> {
     shared: Arc<Shared<S>>,
+    lease: Option<LeaseWatch>,
 }
 
 impl<S: SqlStore> fmt::Debug for Between<S> {
@@ -536,28 +577,65 @@ impl<S: SqlStore> Between<S> {
         &self.shared.id
     }
 
-    /// Begins the next phase: a new transaction whose first statement is the conditional
-    /// fencing write (renewing the lease), so no takeover can interleave with it.
+    /// Makes one outside call between two phases, with no transaction open: runs `call` once
+    /// this request is known to hold its claim (see the [type docs](Between)), and returns
+    /// its output. Derive the idempotency key the call carries from ours
+    /// ([`derived_key`](crate::derived_key)), so that even a repeated call is collapsed by a
+    /// system that honours keys.
+    ///
+    /// The check answers at once while the layer's heartbeat keeps the lease (no store call);
+    /// if the heartbeat fell behind, it renews the lease first (one store call).
     ///
     /// # Errors
     ///
-    /// [`TxError::Fenced`] when another request took the key over meanwhile (stop: it owns the
-    /// work now); [`TxError::Store`] when the store failed.
+    /// [`TxError::Fenced`] when another request took the key over (its lease lapsed): `call`
+    /// is not made, and the request must stop (return the error: it answers
+    /// `409 idempotency_request_in_flight`). [`TxError::Store`] when the lease may have lapsed
+    /// and the store did not answer a renewal in time: `call` is not made either, and the
+    /// request is suspended at its recovery point for a retry to resume.
+    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, TxError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        if self.shared.state().completed {
+            return Err(TxError::AlreadyCompleted);
+        }
+        if let Some(lease) = &self.lease {
+            lease.ensure_held().await?;
+        }
+        Ok(call().await)
+    }
+
+    /// Begins the next phase: a new transaction, opened by the store's fencing step
+    /// ([`SqlStore::open_phase`]: on SQLite and on split stores a conditional renewal of the
+    /// lease; on PostgreSQL nothing, so the phase takes no lock on the record), whose closing
+    /// write ([`Tx::checkpoint`] or [`Tx::commit`]) carries the fencing token: if another
+    /// request took the key over meanwhile, nothing of the phase commits.
+    ///
+    /// # Errors
+    ///
+    /// [`TxError::Fenced`] when this request is known to have lost its claim, or the store's
+    /// fencing step found another owner (stop: it owns the work now); [`TxError::Store`] when
+    /// the store failed.
     pub async fn begin(&self) -> Result<Tx<S>, TxError> {
         let sh = &self.shared;
         if sh.state().completed {
             return Err(TxError::AlreadyCompleted);
         }
-        let mut tx = sh.store.begin().await?;
-        sh.state().phase_open = true;
-        if let Err(e) = sh.store.renew_in(&mut tx, &sh.id, sh.token, sh.lease).await {
-            sh.state().phase_open = false;
-            return Err(e.into());
+        if self.lease.as_ref().is_some_and(LeaseWatch::is_lost) {
+            return Err(TxError::Fenced);
         }
+        let mut tx = sh.store.begin().await?;
+        sh.store
+            .open_phase(&mut tx, &sh.id, sh.token, sh.lease)
+            .await?;
         Ok(Tx {
             tx: Some(tx),
             shared: Arc::clone(&self.shared),
             first: false,
+            lease: self.lease.clone(),
+            opened: Instant::now(),
         })
     }
 }

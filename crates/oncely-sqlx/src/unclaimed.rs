@@ -161,7 +161,6 @@ pub async fn attach_unclaimed<DB: Database>(
         max_response_bytes: usize::MAX,
         state: Mutex::new(State {
             committed: false,
-            phase_open: true,
             completed: false,
             recovery_point: None,
             deferred_request: None,

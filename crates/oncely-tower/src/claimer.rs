@@ -74,15 +74,12 @@ impl Claimer for StoreClaimer {
 /// | state | heartbeat | after the handler returned |
 /// |---|---|---|
 /// | the handler's transaction completed the record | stops | returns the response, writes nothing |
-/// | the claim is not committed (it rode in a transaction that rolled back or is still open) | skips | returns the response, writes nothing: a rollback undid the claim with the writes |
-/// | the claim is committed (a phase committed), a phase transaction is open | skips (the renewal would wait for the phase's lock) | — |
-/// | the claim is committed, no phase open, not completed | renews | suspends the request at its recovery point (the next retry resumes there), or releases the key if no phase committed a recovery point |
+/// | the claim is not committed (it rode in a transaction that rolled back or is still open) | not started | returns the response, writes nothing: a rollback undid the claim with the writes |
+/// | the claim is committed (a phase committed), not completed | renews, also while a phase transaction is open | suspends the request at its recovery point (the next retry resumes there), or releases the key if no phase committed a recovery point |
 pub trait ClaimProgress: Send + Sync + 'static {
     /// Whether the claim is committed in the store (false while it rides in a transaction
     /// that has not committed).
     fn committed(&self) -> bool;
-    /// Whether a phase transaction holding the record's lock is open now.
-    fn phase_open(&self) -> bool;
     /// Whether a transaction completed the record with its stored response.
     fn completed(&self) -> bool;
     /// The last committed recovery point, if any.
@@ -120,7 +117,6 @@ impl fmt::Debug for dyn ClaimProgress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClaimProgress")
             .field("committed", &self.committed())
-            .field("phase_open", &self.phase_open())
             .field("completed", &self.completed())
             .finish()
     }

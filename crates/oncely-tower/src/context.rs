@@ -23,6 +23,7 @@
 //! # let _ = axum::Router::<()>::new().route("/", axum::routing::post(create_payment));
 //! ```
 
+use crate::lease::LeaseWatch;
 use oncely_core::{ClaimKind, FencingToken, KeyStore, RecordKey, StoreError};
 use std::fmt;
 use std::sync::Arc;
@@ -56,6 +57,8 @@ pub struct IdempotencyContext {
     /// Where a claim made by a transactional [`Claimer`](crate::Claimer) stands; `None` for
     /// a claim committed at once (the default).
     pub progress: Option<Arc<dyn crate::ClaimProgress>>,
+    /// The claim's lease as the layer's heartbeat last saw it.
+    pub(crate) lease_watch: LeaseWatch,
 }
 
 impl fmt::Debug for IdempotencyContext {
@@ -85,6 +88,29 @@ impl IdempotencyContext {
         self.store
             .checkpoint(&self.id, self.token, recovery_point, self.lease)
             .await
+    }
+
+    /// Makes sure this request still holds its claim before an outside call (see
+    /// [`LeaseWatch::ensure_held`]): call it right before every call to a system outside the
+    /// key store (a card processor, a mailer), with no database transaction of the request
+    /// open. It answers at once while the heartbeat keeps the lease; if the heartbeat fell
+    /// behind (a blocked runtime thread, a slow or failing store), it renews the lease first.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Fenced`] when another request took the key over (its lease lapsed): make
+    /// no outside call and stop; the other request owns the work now. [`StoreError::Unavailable`]
+    /// when the lease may have lapsed and the store did not answer a renewal in time: stop
+    /// too, and answer with a retryable error (the record stays in flight at its recovery
+    /// point, and a retry resumes it).
+    pub async fn ensure_lease(&self) -> Result<(), StoreError> {
+        self.lease_watch.ensure_held().await
+    }
+
+    /// The claim's lease as the layer's heartbeat last saw it (shared with the heartbeat:
+    /// `oncely_sqlx` checks it before every outside call a transactional handler makes).
+    pub fn lease_watch(&self) -> &LeaseWatch {
+        &self.lease_watch
     }
 }
 

@@ -109,6 +109,7 @@ mod future;
 mod keeper;
 pub mod key_source;
 mod layer;
+pub mod lease;
 mod local;
 mod metrics;
 #[cfg(feature = "openapi")]
@@ -129,6 +130,7 @@ pub use drain::Drain;
 pub use future::ResponseFuture;
 pub use key_source::{InvalidKeySource, KeySource};
 pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};
+pub use lease::LeaseWatch;
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use problem::problem_response;
 pub use service::Idempotency;

@@ -46,9 +46,8 @@ use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use oncely_core::fingerprint::{FingerprintError, RequestParts};
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, ErrorCode, FencingToken, Fingerprint, InFlightBehavior, KeyError,
-    Problem, RecordKey, RecordState, StoreError, StoredRequest, StoredResponse,
-    clock::duration_millis,
+    ClaimOutcome, ClaimRequest, ErrorCode, Fingerprint, InFlightBehavior, KeyError, Problem,
+    RecordKey, RecordState, StoreError, StoredRequest, StoredResponse, clock::duration_millis,
 };
 use std::fmt;
 use std::future::Future;
@@ -412,6 +411,17 @@ where
                 config.metrics.inc(Counter::lease_takeovers);
                 tracing::info!(scope = %id.scope, key = %id.key, token = claim.token.0, recovery_point = ?claim.recovery_point, "took over an in-flight key whose lease lapsed");
             }
+            let lease_watch = crate::lease::LeaseWatch::new(crate::lease::LeaseTerms {
+                store: Arc::clone(&config.store),
+                clock: Arc::clone(&config.clock),
+                id: id.clone(),
+                token: claim.token,
+                lease: policy.lease,
+                heartbeat: policy.heartbeat,
+                store_timeout: config.store_timeout,
+                lease_expires_at: claim.lease_expires_at,
+                committed: progress.as_ref().is_none_or(|p| p.committed()),
+            });
             let ctx = IdempotencyContext {
                 id,
                 token: claim.token,
@@ -421,6 +431,7 @@ where
                 retention: policy.retention,
                 store: Arc::clone(&config.store),
                 progress,
+                lease_watch,
             };
             parts.extensions.insert(ctx.clone());
             // Registered for a graceful shutdown until the handler's task ends.
@@ -1066,20 +1077,23 @@ impl Beat {
         let hold = hold.map(Arc::clone);
         match &ctx.progress {
             None => {
-                *lock(&slot) = Some(Heartbeat::start(config, ctx.id.clone(), ctx.token, None));
+                *lock(&slot) = Some(Heartbeat::start(config, ctx.lease_watch.clone(), None));
             }
             Some(progress) => {
-                let (config, id, token) = (Arc::clone(config), ctx.id.clone(), ctx.token);
+                let config = Arc::clone(config);
+                let watch = ctx.lease_watch.clone();
                 // Weak: the closure is kept by the progress itself until the first commit.
                 let weak = Arc::downgrade(progress);
                 let later = Arc::clone(&slot);
                 progress.on_first_commit(Box::new(move || {
-                    // Committed: the store now answers a duplicate at once.
+                    // Committed: the store now answers a duplicate at once, and holds a
+                    // record the heartbeat can renew.
+                    watch.commit();
                     if let Some(hold) = &hold {
                         drop(lock(hold).take());
                     }
                     if let Some(progress) = weak.upgrade() {
-                        *lock(&later) = Some(Heartbeat::start(&config, id, token, Some(progress)));
+                        *lock(&later) = Some(Heartbeat::start(&config, watch, Some(progress)));
                     }
                 }));
             }
@@ -1102,6 +1116,17 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The lease heartbeat: a task that renews the claim every `Policy::heartbeat` while the
 /// handler runs, so a slow but live request is never taken over.
 ///
+/// It renews whatever the handler is doing, also while one of its phases has a transaction
+/// open: a live request keeps its lease. (A phase of `oncely-sqlx` takes no lock on the record
+/// that a renewal would wait for, except on SQLite, whose one write lock the phase holds: there
+/// the renewal waits, bounded by the store timeout, and the phase's own commit extends the lease
+/// too.) Renewals keep a fixed rate, each due one interval after the start of the last one that
+/// succeeded, so a slow store does not stretch the interval; a renewal that failed is tried
+/// again after a quarter of the interval (at least 10 milliseconds), not a whole one, so one
+/// failed renewal does not cost a third of a lease. Every renewal the store grants moves the
+/// request's [`LeaseWatch`](crate::LeaseWatch) on; a fenced one marks it lost, and the
+/// handler's next outside call is refused.
+///
 /// How it stops: [`Heartbeat::stop`] signals it and waits, so that no renew is in flight when
 /// the record is completed. If the handler's task is dropped instead (the runtime shuts down),
 /// dropping the sender wakes the heartbeat task, which then ends: no heartbeat outlives its
@@ -1114,15 +1139,17 @@ struct Heartbeat {
 impl Heartbeat {
     fn start(
         config: &Arc<Config>,
-        id: RecordKey,
-        token: FencingToken,
+        watch: crate::LeaseWatch,
         progress: Option<Arc<dyn ClaimProgress>>,
     ) -> Self {
         let (stop, mut stopped) = oneshot::channel::<()>();
         let config = Arc::clone(config);
         let mut abandoned = config.drain.abandoned();
+        let (id, token) = (watch.id().clone(), watch.token());
         let task = tokio::spawn(async move {
             let every = config.policy.heartbeat;
+            let again = (every / 4).max(std::time::Duration::from_millis(10)).min(every);
+            let mut due = tokio::time::Instant::now() + every;
             loop {
                 tokio::select! {
                     biased;
@@ -1130,21 +1157,15 @@ impl Heartbeat {
                     // The server is shutting down and suspends this claim: renewing it would
                     // undo the suspension.
                     _ = abandoned.wait_for(|a| *a) => return,
-                    () = tokio::time::sleep(every) => {}
+                    () = tokio::time::sleep_until(due) => {}
                 }
                 if *abandoned.borrow() {
                     return;
                 }
-                if let Some(p) = &progress {
-                    if p.completed() {
-                        return;
-                    }
-                    // Nothing committed to renew, or a phase holds the record's lock (the
-                    // renewal would wait for it; the phase renews the lease itself).
-                    if !p.committed() || p.phase_open() {
-                        continue;
-                    }
+                if progress.as_ref().is_some_and(|p| p.completed()) {
+                    return;
                 }
+                let started = tokio::time::Instant::now();
                 match timed(&config, config.store.renew(&id, token, config.policy.lease)).await {
                     // The drain cut this lease short while the renewal was on its way: cut it
                     // again, so the renewal cannot undo the suspension.
@@ -1152,7 +1173,10 @@ impl Heartbeat {
                         let _ = timed(&config, config.store.renew(&id, token, std::time::Duration::ZERO)).await;
                         return;
                     }
-                    Ok(_) => {}
+                    Ok(until) => {
+                        watch.renewed(until);
+                        due = started + every;
+                    }
                     Err(StoreError::Fenced) => {
                         // A transactional handler may have completed the record itself while
                         // this renewal waited for its phase's lock: that is not a lost claim.
@@ -1161,13 +1185,15 @@ impl Heartbeat {
                             Ok(Some(rec)) if rec.token == token && matches!(rec.state, oncely_core::RecordState::Complete { .. })
                         );
                         if !completed_by_us {
+                            watch.lose();
                             config.metrics.inc(Counter::fencing_rejections);
-                            tracing::warn!(scope = %id.scope, key = %id.key, token = token.0, "lease renewal fenced: this request lost its claim to another one; its completion will be rejected");
+                            tracing::warn!(scope = %id.scope, key = %id.key, token = token.0, "lease renewal fenced: this request lost its claim to another one; it makes no further outside call, and its completion will be rejected");
                         }
                         return;
                     }
                     Err(e) => {
-                        tracing::warn!(scope = %id.scope, key = %id.key, error = %e, "lease renewal failed; retrying at the next heartbeat");
+                        tracing::warn!(scope = %id.scope, key = %id.key, error = %e, retry_in_ms = again.as_millis() as u64, "lease renewal failed; trying again");
+                        due = tokio::time::Instant::now() + again;
                     }
                 }
             }

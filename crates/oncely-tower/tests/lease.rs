@@ -530,3 +530,158 @@ async fn a_client_that_disconnects_does_not_cancel_the_handler() {
     assert!(retry.replayed());
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// A request whose every outside call takes `call` and whose duplicates arrive every 5 s
+/// through `store`, on paused time: the heartbeat must keep it from being taken over.
+async fn duplicates_never_take_over(store: Arc<FaultStore>, store_timeout: Duration) {
+    let layer = IdempotencyLayer::new(store.clone()).with_store_timeout(store_timeout);
+    let metrics = layer.metrics();
+    let seen: Seen = Arc::default();
+    let app = app(
+        layer,
+        recording_routes(seen.clone(), |_, _| sleep(Duration::from_secs(120))),
+    );
+    let req = || post_req("/v1/payments", "acct", Some("live"), BODY);
+    let started = Instant::now();
+    let first = spawn_send(&app, req());
+    let mut at = 5;
+    while at < 120 {
+        sleep_until_secs(started, at).await;
+        let dup = send(&app, req()).await;
+        assert_eq!(dup.code(), "idempotency_request_in_flight", "at {at} s");
+        let rec = store.inner.get(&id("acct", "live")).await.unwrap().unwrap();
+        let RecordState::InFlight {
+            lease_expires_at, ..
+        } = rec.state
+        else {
+            panic!("not in flight at {at} s: {rec:?}")
+        };
+        assert!(
+            lease_expires_at > oncely_core::Clock::now_millis(&TokioClock::new()),
+            "the lease lapsed at {at} s"
+        );
+        at += 5;
+    }
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(seen.lock().unwrap().len(), 1, "the handler ran once");
+    let m = metrics.snapshot();
+    assert_eq!((m.lease_takeovers, m.fencing_rejections), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_answers_renewals_slowly_does_not_cost_the_lease() {
+    // Each renewal takes half the lease (15 s of 30 s, heartbeat 10 s): renewals keep their
+    // rate from the start of the last good one, not from its end.
+    let store = Arc::new(FaultStore::new(
+        paused_store(),
+        Fault::SlowRenew(Duration::from_secs(15)),
+    ));
+    duplicates_never_take_over(store, Duration::from_secs(20)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_that_fail_three_times_in_four_do_not_cost_the_lease() {
+    // A failed renewal is tried again after a quarter of the interval (2.5 s), not after a
+    // whole one: with every three of four renewals failing, a heartbeat that waited a whole
+    // interval after each failure would let the 30 s lease lapse after the third.
+    let store = Arc::new(FaultStore::new(paused_store(), Fault::FlakyRenew));
+    duplicates_never_take_over(store.clone(), Duration::from_secs(5)).await;
+    assert!(
+        // Per 17.5 s: a good renewal, then three failures 10, 12.5 and 15 s after it.
+        store.renews.load(Ordering::SeqCst) >= 24,
+        "renewals were tried again after failures"
+    );
+}
+
+/// What the request's handler did before its outside call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Before {
+    Called,
+    Refused,
+}
+
+/// A handler that checks its lease, then makes its one outside call.
+fn calling_routes(
+    calls: Arc<AtomicUsize>,
+    block: Duration,
+    seen: Arc<Mutex<Vec<Before>>>,
+) -> Router {
+    Router::new().route(
+        "/v1/payments",
+        post(move |ctx: IdempotencyContext| {
+            let (calls, seen) = (calls.clone(), seen.clone());
+            async move {
+                if ctx.kind == ClaimKind::New {
+                    // Synchronous work that blocks the runtime's only thread: the heartbeat
+                    // cannot run meanwhile.
+                    std::thread::sleep(block);
+                }
+                match ctx.ensure_lease().await {
+                    Ok(()) => {
+                        seen.lock().unwrap().push(Before::Called);
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        (StatusCode::CREATED, "charged")
+                    }
+                    Err(StoreError::Fenced) => {
+                        seen.lock().unwrap().push(Before::Refused);
+                        (StatusCode::CONFLICT, "lost the claim")
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }),
+    )
+}
+
+#[test]
+fn a_request_that_lost_its_lease_makes_no_outside_call() {
+    // Real time. The owner runs on a current-thread runtime and blocks it for three leases, so
+    // its heartbeat never runs; another process (a second layer on the same store, on a
+    // runtime of its own) takes the key over once the lease lapsed and makes the call. When
+    // the owner wakes up, its check before the call learns that it lost the claim: one call in
+    // all.
+    let lease = Duration::from_millis(300);
+    let policy = Policy::default()
+        .with_lease(lease)
+        .with_heartbeat(Duration::from_millis(100));
+    let store = Arc::new(MemoryStore::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let router = |block| {
+        app(
+            IdempotencyLayer::new(store.clone()).with_policy(policy.clone()),
+            calling_routes(calls.clone(), block, seen.clone()),
+        )
+    };
+    let (owner_app, taker_app) = (router(lease * 3), router(Duration::ZERO));
+    let req = || post_req("/v1/payments", "acct", Some("blocked"), BODY);
+    let taker = std::thread::spawn(move || {
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(async move {
+                // The lease has lapsed by now (the owner's heartbeat cannot run).
+                tokio::time::sleep(lease * 2).await;
+                send(&taker_app, req()).await
+            })
+    });
+    let owner = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move { send(&owner_app, req()).await });
+    let taker = taker.join().unwrap();
+    assert_eq!(taker.status, StatusCode::CREATED);
+    assert_eq!(&taker.body[..], b"charged");
+    assert_eq!(owner.status, StatusCode::CONFLICT);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the outside call was made once"
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![Before::Called, Before::Refused],
+        "the taker called; the owner, awake again, was refused"
+    );
+}

@@ -105,6 +105,11 @@ pub enum Fault {
     SlowClaim(Duration),
     /// `renew` fails (the owner's heartbeats never reach the store).
     NoRenew,
+    /// `renew` answers after this delay (a slow store).
+    SlowRenew(Duration),
+    /// Of every four `renew` calls, the first three fail and the fourth goes through (a
+    /// flaky network between the server and its store).
+    FlakyRenew,
     /// `complete` fails with `Unavailable` (the store went down after the claim).
     FailComplete,
 }
@@ -122,11 +127,17 @@ impl std::error::Error for Down {}
 pub struct FaultStore {
     pub inner: MemoryStore,
     pub fault: Fault,
+    /// How many times `renew` was called.
+    pub renews: std::sync::atomic::AtomicUsize,
 }
 
 impl FaultStore {
     pub fn new(inner: MemoryStore, fault: Fault) -> Self {
-        Self { inner, fault }
+        Self {
+            inner,
+            fault,
+            renews: Default::default(),
+        }
     }
     fn check(&self) -> Result<(), StoreError> {
         if self.fault == Fault::FailAll {
@@ -155,8 +166,14 @@ impl KeyStore for FaultStore {
         lease: Duration,
     ) -> Result<UnixMillis, StoreError> {
         self.check()?;
-        if self.fault == Fault::NoRenew {
-            return Err(StoreError::unavailable(Down));
+        let n = self
+            .renews
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match self.fault {
+            Fault::NoRenew => return Err(StoreError::unavailable(Down)),
+            Fault::FlakyRenew if n % 4 != 3 => return Err(StoreError::unavailable(Down)),
+            Fault::SlowRenew(d) => tokio::time::sleep(d).await,
+            _ => {}
         }
         self.inner.renew(id, token, lease).await
     }
