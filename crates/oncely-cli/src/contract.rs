@@ -170,6 +170,21 @@ pub fn render(policy: &Policy) -> String {
     );
     let _ = writeln!(
         w,
+        "- The lease is independent of how long the request's steps take. It is renewed every \
+         {} for as long as the request runs, also while a step calls an outside system (a card \
+         processor, a mailer) for many times the lease: such calls are made between two \
+         committed steps, with no database transaction open, and each step commits what it \
+         recorded before the next call. A request that cannot renew its lease in time (its \
+         server stalled, or the key store did not answer) checks its claim before its next \
+         outside call, and stops if another attempt took the key over: that attempt makes the \
+         call instead, never both. A server configured with a shorter lease hands a crashed \
+         request's key to a retry sooner; it is renewed as often as the server says (above), and \
+         it must be long enough for one renewal to reach the key store (keep it above the key \
+         store's worst answer time and the servers' clock skew, a second or more).",
+        human(policy.heartbeat)
+    );
+    let _ = writeln!(
+        w,
         "- These windows hold only while the key store keeps its records. A Redis key store that \
          persists nothing (`appendonly no`, `save \"\"`) is refused at start-up, because a Redis \
          restart would forget every key and a retry across it would execute again, unless its \

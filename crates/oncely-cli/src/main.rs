@@ -226,6 +226,13 @@ enum Command {
         /// test secret: set your own outside tests.
         #[arg(long, env = "ONCELY_WEBHOOK_SECRET", hide_env_values = true, default_value = processor::webhooks::DEV_WEBHOOK_SECRET)]
         webhook_secret: String,
+        /// Milliseconds `POST /charges` waits before answering, after the charge executed (a
+        /// slow card network).
+        #[arg(long, default_value_t = 0)]
+        charge_delay_ms: u64,
+        /// Milliseconds `POST /emails` waits before answering, after the e-mail was queued.
+        #[arg(long, default_value_t = 0)]
+        email_delay_ms: u64,
     },
     /// Run the end-to-end gates (the main job); exit status 1 if any fails.
     Gates {
@@ -386,8 +393,14 @@ async fn run(cli: Cli) -> Result<bool> {
         Command::Processor {
             addr,
             webhook_secret,
+            charge_delay_ms,
+            email_delay_ms,
         } => {
-            let router = processor::router(&webhook_secret)?;
+            let latency = processor::Latency {
+                charge: Duration::from_millis(charge_delay_ms),
+                email: Duration::from_millis(email_delay_ms),
+            };
+            let router = processor::router(&webhook_secret, latency)?;
             let (listener, url) = listen(addr).await?;
             announce(&url);
             axum::serve(listener, router).await?;
@@ -413,7 +426,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 Some(u) => u,
                 None => {
                     let (l, url) = listen("127.0.0.1:0".parse()?).await?;
-                    let router = processor::router(&webhook_secret)?;
+                    let router = processor::router(&webhook_secret, processor::Latency::default())?;
                     tokio::spawn(async move { axum::serve(l, router).await });
                     tracing::info!(%url, "started the outside card processor and mailer in this process");
                     url

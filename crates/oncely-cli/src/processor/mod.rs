@@ -58,20 +58,33 @@ struct Ledgers {
     charges: Arc<Mutex<Ledger>>,
     emails: Arc<Mutex<Ledger>>,
     webhooks: Arc<webhooks::Sender>,
+    latency: Latency,
+}
+
+/// How long the simulated systems take to answer, after the call was recorded (and, for a
+/// first call, executed): a slow outside system whose answer comes late, the case in which an
+/// API's lease must outlast the call. Default: no delay.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latency {
+    /// Before `POST /charges` answers.
+    pub charge: std::time::Duration,
+    /// Before `POST /emails` answers.
+    pub email: std::time::Duration,
 }
 
 /// The processor's router; its webhook events are signed with `webhook_secret`
-/// (`whsec_<base64>`).
+/// (`whsec_<base64>`), and its answers delayed by `latency`.
 ///
 /// # Errors
 ///
 /// When `webhook_secret` is not a Standard Webhooks secret.
-pub fn router(webhook_secret: &str) -> anyhow::Result<Router> {
+pub fn router(webhook_secret: &str, latency: Latency) -> anyhow::Result<Router> {
     let sender = Arc::new(webhooks::Sender::new(webhook_secret)?);
     let ledgers = Ledgers {
         charges: Arc::default(),
         emails: Arc::default(),
         webhooks: Arc::clone(&sender),
+        latency,
     };
     Ok(Router::new()
         .route("/charges", post(charge).get(list_charges))
@@ -167,6 +180,7 @@ async fn charge(State(s): State<Ledgers>, headers: HeaderMap, Json(req): Json<Va
     if let Some(charge) = succeeded {
         s.webhooks.charge_succeeded(&charge, &metadata);
     }
+    tokio::time::sleep(s.latency.charge).await;
     res
 }
 
@@ -175,12 +189,14 @@ async fn email(State(s): State<Ledgers>, headers: HeaderMap, Json(req): Json<Val
         return missing_key();
     };
     let metadata = req["metadata"].clone();
-    once(&s.emails, key, metadata, |n| {
+    let res = once(&s.emails, key, metadata, |n| {
         (
             202,
             json!({"id": format!("em_{n:08}"), "to": req["to"], "status": "queued"}),
         )
-    })
+    });
+    tokio::time::sleep(s.latency.email).await;
+    res
 }
 
 fn list(ledger: &Mutex<Ledger>) -> Json<Value> {
@@ -246,7 +262,7 @@ mod tests {
 
     #[tokio::test]
     async fn charges_execute_once_per_key_and_count_calls() {
-        let app = router(webhooks::DEV_WEBHOOK_SECRET).unwrap();
+        let app = router(webhooks::DEV_WEBHOOK_SECRET, Latency::default()).unwrap();
         let body = json!({"amount": 100, "currency": "usd", "source": "tok_visa"});
         let (s1, b1) = call(&app, "POST", "/charges", Some("k1"), body.clone()).await;
         let (s2, b2) = call(&app, "POST", "/charges", Some("k1"), body.clone()).await;

@@ -431,7 +431,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_charge_emits_a_signed_event_retried_until_acknowledged_and_redeliverable() {
         let (receiver, seen) = flaky_receiver().await;
-        let processor = serve(crate::processor::router(DEV_WEBHOOK_SECRET).unwrap()).await;
+        let processor =
+            serve(crate::processor::router(DEV_WEBHOOK_SECRET, Default::default()).unwrap()).await;
         register_receiver(processor.clone(), format!("{receiver}/hook")).await;
         let http = reqwest::Client::new();
         let charge = http

@@ -1,10 +1,16 @@
 //! `POST /v1/payments`, built with Oncely the way a user would build it: a multi-step request split into atomic phases at each outside call:
 //!
-//! | phase | commits together | then |
+//! | phase | commits together | then, with no transaction open |
 //! |---|---|---|
 //! | 1 | the claim, the payment row (`pending`), step [`PaymentStep::Recorded`] | charge at the card processor |
 //! | 2 | the charge (`succeeded`), step [`PaymentStep::Charged`]; or, declined, the stored `402` | send the receipt through the mailer |
 //! | 3 | the receipt id and the stored `201` | — |
+//!
+//! Every outside call is made between two phases ([`oncely_sqlx::Between::call`]), never inside
+//! one: the intent commits first, the call runs while no transaction is open (the layer's
+//! heartbeat renews the lease meanwhile, however long the call takes), and its result is
+//! recorded by the next phase. `Between::call` also refuses the call when this request lost
+//! its claim to another one, which then makes the call itself.
 //!
 //! Each handler takes an [`oncely_sqlx::Tx`] that already holds its claim; a failed step rolls
 //! back ([`TxError`] renders the answer), and a retry after a crash resumes at the last committed
@@ -218,13 +224,16 @@ where
 
     // Phase 2: charge the card (the processor collapses repeats of our derived key).
     if progress < 2 {
-        let charge = app
-            .outside_call(
-                "charges",
-                &oncely_sqlx::derived_key(between.id(), &id, "charge"),
-                json!({"amount": payment.amount, "currency": payment.currency, "source": payment.source, "metadata": metadata}),
-            )
-            .await
+        let key = oncely_sqlx::derived_key(between.id(), &id, "charge");
+        let charge = between
+            .call(|| {
+                app.outside_call(
+                    "charges",
+                    &key,
+                    json!({"amount": payment.amount, "currency": payment.currency, "source": payment.source, "metadata": metadata}),
+                )
+            })
+            .await?
             .map_err(|e| Failure::Upstream(format!("{e:#}")))?;
         let mut tx = between.begin().await?;
         if charge.0 == 402 {
@@ -251,16 +260,19 @@ where
         payment.status = "succeeded".into();
     }
 
-    // Phase 3: send the receipt, then record it with the stored response (one commit).
-    let mut tx = between.begin().await?;
-    if progress < 3 {
-        let email = app
-            .outside_call(
-                "emails",
-                &oncely_sqlx::derived_key(between.id(), &id, "receipt"),
-                json!({"to": scope, "subject": format!("Receipt for {id}"), "payment": id, "metadata": metadata}),
-            )
-            .await
+    // Send the receipt with no transaction open, then phase 3: record it with the stored
+    // response (one commit).
+    let receipt = if progress < 3 {
+        let key = oncely_sqlx::derived_key(between.id(), &id, "receipt");
+        let email = between
+            .call(|| {
+                app.outside_call(
+                    "emails",
+                    &key,
+                    json!({"to": scope, "subject": format!("Receipt for {id}"), "payment": id, "metadata": metadata}),
+                )
+            })
+            .await?
             .map_err(|e| Failure::Upstream(format!("{e:#}")))?;
         if email.0 != 202 {
             return Err(Failure::Upstream(format!(
@@ -268,7 +280,12 @@ where
                 email.0
             )));
         }
-        let receipt_id = email.1["id"].as_str().unwrap_or_default().to_owned();
+        Some(email.1["id"].as_str().unwrap_or_default().to_owned())
+    } else {
+        None
+    };
+    let mut tx = between.begin().await?;
+    if let Some(receipt_id) = receipt {
         S::Database::set_receipt(&mut tx, scope, &id, &receipt_id).await?;
         payment.receipt_id = Some(receipt_id);
     }
