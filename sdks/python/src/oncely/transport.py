@@ -957,6 +957,8 @@ class AsyncRetryTransport(_TransportBase, httpx.AsyncBaseTransport):
 
         async def read() -> None:
             while True:
+                if call.read_left(started, limit) <= 0:
+                    return
                 try:
                     chunk = await chunks.__anext__()
                 except StopAsyncIteration:
