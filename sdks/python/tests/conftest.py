@@ -140,3 +140,21 @@ def status(code: int, **headers: str) -> Callable[[httpx.Request], httpx.Respons
         return httpx.Response(code, headers={k.replace("_", "-"): v for k, v in headers.items()})
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Prints the conformance counts (scenarios passed per transport) when the runner ran."""
+    import sys
+
+    module = sys.modules.get("test_conformance")
+    if module is None:
+        return
+    results = getattr(module, "RESULTS")
+    total = len(getattr(module, "ALL"))
+    http = len(getattr(module, "HTTP"))
+    line = (
+        f"conformance: {total} scenarios; offline {results['offline'][0]} passed, "
+        f"{results['offline'][1]} failed; http ({http}) sync {results['sync'][0]} passed, "
+        f"{results['sync'][1]} failed; async {results['async'][0]} passed, {results['async'][1]} failed"
+    )
+    terminalreporter.write_line(line)
