@@ -371,10 +371,15 @@ export function withRetries(
 
     const active: ActiveCall = { sends: 0, maxSends: maxAttempts, deadline: call.deadline, clock, lastStatus: undefined };
 
+    // The status of the previous attempt's response, if it got one (for an error raised before
+    // the next attempt is sent).
+    let previousStatus: number | undefined;
     for (;;) {
       const started = clock.now();
       const limit = call.deadline.attemptLimit(started, policy.attemptTimeoutMs);
-      if (limit <= 0) throw giveUp('DEADLINE_EXHAUSTED', `overall deadline of ${deadlineMs} ms exhausted`);
+      if (limit <= 0) {
+        throw giveUp('DEADLINE_EXHAUSTED', `overall deadline of ${deadlineMs} ms exhausted`, { lastStatus: previousStatus });
+      }
       const next = prepared.next();
       if (next === undefined) throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE);
       const timeout = clock.timeout(limit);
@@ -448,6 +453,7 @@ export function withRetries(
         }
       }
 
+      previousStatus = lastStatus;
       if (!prepared.replayable) {
         throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE, { lastStatus, cause: lastError });
       }
