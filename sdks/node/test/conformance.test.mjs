@@ -4,7 +4,8 @@
 //
 // The testbench: ONCELY_TESTBENCH_URL if set (then it must answer); otherwise this runner starts
 // `target/debug/oncely testbench --addr 127.0.0.1:0` itself when that binary exists (ONCELY_BIN
-// names another one), and skips the `http` scenarios, saying why, when there is none.
+// names another one), and skips the `http` scenarios, saying why, when there is none (unless
+// ONCELY_CONFORMANCE_REQUIRE is set: then that is a failure).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -59,6 +60,8 @@ async function startTestbench() {
 before(async () => {
   const url = await startTestbench();
   if (url === undefined) {
+    // CI (ci.sh) sets ONCELY_CONFORMANCE_REQUIRE=1: there a missing testbench is a failure.
+    assert.ok(!process.env.ONCELY_CONFORMANCE_REQUIRE, `conformance: the testbench is required: ${skipReason}`);
     console.log(`conformance: SKIPPING the http scenarios: ${skipReason}`);
     return;
   }
