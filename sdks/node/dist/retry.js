@@ -103,6 +103,40 @@ export function sendGuard(fetchImpl = (i, n) => globalThis.fetch(i, n)) {
         return guardedSend(active, fetchImpl, input, withoutOncely(init));
     };
 }
+/**
+ * The attempt's signal: aborts when the caller's signal or the attempt's timeout does.
+ *
+ * Not `AbortSignal.any`: in Node 20 every signal it makes stays registered on its sources until
+ * they abort, so a long-lived caller signal (one shutdown signal for every request) would grow
+ * by one entry per attempt. Here the link to the caller's signal is removed when the attempt
+ * is over (`unlink`) or when its timeout fires, whichever comes first.
+ */
+function linkSignals(caller, timeout) {
+    if (caller === undefined)
+        return { signal: timeout, unlink: () => { } };
+    const controller = new AbortController();
+    const unlink = () => {
+        caller.removeEventListener('abort', onCaller);
+        timeout.removeEventListener('abort', onTimeout);
+    };
+    const onCaller = () => {
+        unlink();
+        controller.abort(caller.reason);
+    };
+    const onTimeout = () => {
+        unlink();
+        controller.abort(timeout.reason);
+    };
+    if (caller.aborted)
+        controller.abort(caller.reason);
+    else if (timeout.aborted)
+        controller.abort(timeout.reason);
+    else {
+        caller.addEventListener('abort', onCaller, { once: true });
+        timeout.addEventListener('abort', onTimeout, { once: true });
+    }
+    return { signal: controller.signal, unlink };
+}
 /** The caller's signal fired: stop now. */
 class Aborted {
     inAttempt;
@@ -227,7 +261,7 @@ export function withRetries(first, second) {
             if (next === undefined)
                 throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE);
             const timeout = clock.timeout(limit);
-            const signal = callerSignal ? AbortSignal.any([callerSignal, timeout]) : timeout;
+            const { signal, unlink } = linkSignals(callerSignal, timeout);
             const attemptInit = { ...rest, headers, signal };
             if (next.body !== undefined)
                 attemptInit.body = next.body;
@@ -239,10 +273,15 @@ export function withRetries(first, second) {
                 attempt = await runAttempt(next.input, attemptInit, signal, timeout, callerSignal, limit, facts, classifier, active);
             }
             catch (e) {
+                unlink();
                 if (e instanceof Aborted)
                     throw aborted(e.inAttempt);
                 throw e;
             }
+            // A response handed back stays linked to the caller's signal (its body may still be read)
+            // until the attempt's timeout fires; any other outcome is done with it now.
+            if (!(attempt.kind === 'response' && attempt.verdict.type !== 'retry'))
+                unlink();
             // More requests went out than this attempt: a retry layer below us re-sent it.
             const sent = active.sends - sendsBefore;
             if (!(attempt.kind === 'response' && attempt.verdict.type === 'done') && sent > 1) {

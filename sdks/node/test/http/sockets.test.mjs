@@ -242,3 +242,17 @@ test('the caller aborting mid-attempt on a real socket stops at once', async () 
   assert.ok(e.idempotencyKey);
   assert.ok(performance.now() - started < 2000);
 });
+
+test("the caller's signal still aborts reading the body of the response handed back", async () => {
+  const { url } = await rawServer((socket) => {
+    socket.write('HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nfirst-bytes');
+  });
+  const retrying = withRetries(fetch, fast);
+  const controller = new AbortController();
+  const r = await retrying(`${url}/`, { signal: controller.signal });
+  assert.equal(r.status, 200);
+  const reader = r.body.getReader();
+  assert.equal(new TextDecoder().decode((await reader.read()).value), 'first-bytes');
+  setTimeout(() => controller.abort(new Error('stop reading')), 50);
+  await assert.rejects(reader.read(), /stop reading|aborted/);
+});

@@ -477,3 +477,19 @@ test('invalid options are refused when the function is made', () => {
     { maxAttempts: 3, deadlineMs: 30_000, attemptTimeoutMs: 10_000, retry500: false, mintKeys: true },
   );
 });
+
+test('a long-lived caller signal keeps no listener per call (no AbortSignal.any build-up)', async () => {
+  const { getEventListeners } = await import('node:events');
+  const shutdown = new AbortController();
+  const { retrying, clock } = setup([answer(503), answer(200)], { backoff: { baseMs: 0, capMs: 0 } });
+  const failing = setup([answer(503)], { backoff: { baseMs: 0, capMs: 0 }, budget: null });
+  for (let i = 0; i < 200; i++) {
+    await failing.retrying(URL_, { signal: shutdown.signal }).catch(() => {});
+  }
+  assert.equal(getEventListeners(shutdown.signal, 'abort').length, 0, 'failed calls leave nothing behind');
+  for (let i = 0; i < 200; i++) await retrying(URL_, { signal: shutdown.signal });
+  // A returned response stays linked (its body may still be read) until its attempt's timeout.
+  assert.equal(getEventListeners(shutdown.signal, 'abort').length, 200);
+  clock.advance(10_000);
+  assert.equal(getEventListeners(shutdown.signal, 'abort').length, 0);
+});
