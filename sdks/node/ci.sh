@@ -20,6 +20,8 @@ npm ci --no-audit --no-fund
 echo "== sdks/node: build, and check that the shipped dist/ is what src/ compiles to"
 npm run --silent build
 npm run --silent check-dist
+echo "== sdks/node: the declarations as a TypeScript consumer sees them"
+npx tsc -p test/types
 echo "== sdks/node: unit, socket-level and README tests"
 node --test test/unit/*.test.mjs test/http/*.test.mjs test/readme.test.mjs
 echo "== sdks/node: conformance suite"
