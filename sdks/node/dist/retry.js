@@ -262,7 +262,9 @@ export function withRetries(first, second) {
                 throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE);
             const timeout = clock.timeout(limit);
             const { signal, unlink } = linkSignals(callerSignal, timeout);
-            const attemptInit = { ...rest, headers, signal };
+            // A copy per attempt: a layer below that edits the headers it is given (a vendor wrapper
+            // setting its own key) cannot change what the next attempt sends.
+            const attemptInit = { ...rest, headers: new Headers(headers), signal };
             if (next.body !== undefined)
                 attemptInit.body = next.body;
             call.attempts += 1;

@@ -416,7 +416,9 @@ export function withRetries(
       if (next === undefined) throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE);
       const timeout = clock.timeout(limit);
       const { signal, unlink } = linkSignals(callerSignal, timeout);
-      const attemptInit: RequestInit = { ...rest, headers, signal };
+      // A copy per attempt: a layer below that edits the headers it is given (a vendor wrapper
+      // setting its own key) cannot change what the next attempt sends.
+      const attemptInit: RequestInit = { ...rest, headers: new Headers(headers), signal };
       if (next.body !== undefined) attemptInit.body = next.body;
       call.attempts += 1;
       counters.attempts += 1;

@@ -493,3 +493,17 @@ test('a long-lived caller signal keeps no listener per call (no AbortSignal.any 
   clock.advance(10_000);
   assert.equal(getEventListeners(shutdown.signal, 'abort').length, 0);
 });
+
+test('a layer below that edits the headers it is given cannot change the next attempt', async () => {
+  const fetch = scriptedFetch([answer(503), answer(503), answer(201)]);
+  let n = 0;
+  // A vendor wrapper that overwrites the key on the headers object it receives.
+  const meddling = (input, init) => {
+    const seenKey = init.headers.get('idempotency-key');
+    init.headers.set('idempotency-key', `vendor-${++n}`);
+    return fetch(input, { ...init, headers: new Headers({ ...Object.fromEntries(init.headers), 'x-seen-key': seenKey }) });
+  };
+  const retrying = withRetries(meddling, { clock: new FakeClock() });
+  await retrying(URL_, { method: 'POST', oncely: { idempotencyKey: 'order-confirm-42' } });
+  assert.deepEqual(fetch.requests.map((q) => q.headers['x-seen-key']), ['order-confirm-42', 'order-confirm-42', 'order-confirm-42']);
+});
