@@ -237,10 +237,8 @@ export function withRetries(first, second) {
         catch (error) {
             if (isOncelyRetryError(error))
                 throw error;
-            if (error instanceof TypeError && error.message.includes('header')) {
-                throw giveUp('INVALID_IDEMPOTENCY_KEY', `invalid request headers, nothing sent: ${error.message}`, { cause: error });
-            }
-            throw giveUp('NOT_RETRYABLE', 'the request cannot be sent (failure is not retryable)', { cause: error });
+            // Invalid headers or a body that cannot be read: a bug in the request, nothing was sent.
+            throw giveUp('NOT_RETRYABLE', 'the request cannot be sent, nothing sent (failure is not retryable)', { cause: error });
         }
         const facts = { method, hasKey: key !== undefined };
         const rest = { ...withoutOncely(init) };

@@ -507,3 +507,15 @@ test('a layer below that edits the headers it is given cannot change the next at
   await retrying(URL_, { method: 'POST', oncely: { idempotencyKey: 'order-confirm-42' } });
   assert.deepEqual(fetch.requests.map((q) => q.headers['x-seen-key']), ['order-confirm-42', 'order-confirm-42', 'order-confirm-42']);
 });
+
+test('a request that cannot be built is NOT_RETRYABLE with nothing sent', async () => {
+  const { retrying, fetch } = setup([answer(200)]);
+  const e = await rejection(retrying(URL_, { headers: { 'x-bad': 'a\nb' } }));
+  assert.equal(e.code, 'NOT_RETRYABLE');
+  assert.equal(e.attempts, 0);
+  assert.ok(e.cause instanceof TypeError);
+  const used = new Request(URL_, { method: 'POST', body: 'x' });
+  await used.text();
+  assert.equal((await rejection(retrying(used))).code, 'NOT_RETRYABLE');
+  assert.equal(fetch.requests.length, 0);
+});
