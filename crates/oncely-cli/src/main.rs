@@ -260,6 +260,16 @@ enum Command {
         #[command(flatten)]
         policy: PolicyArgs,
     },
+    /// Serve the retry conformance scenarios (conformance/retry/README.md) as a scripted fault
+    /// server; prints its URL as the first line of standard output and serves until killed.
+    Testbench {
+        /// Address to listen on (port 0 picks a free one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        /// The scenario file (default: conformance/retry/scenarios.json as it was at build time).
+        #[arg(long)]
+        scenarios: Option<std::path::PathBuf>,
+    },
     /// Delete records past retention, in bounded batches.
     Reap {
         /// Key store.
@@ -501,6 +511,10 @@ async fn run(cli: Cli) -> Result<bool> {
         Command::Simulate(args) => tools::simulate::run(args).await,
         Command::Bench(args) => tools::bench::run(args).await,
         Command::Reap { store, batch } => jobs::reap(&store, batch).await,
+        Command::Testbench { addr, scenarios } => {
+            oncely_testbench::serve(addr, scenarios.as_deref()).await?;
+            Ok(true)
+        }
         Command::Complete {
             store,
             server_url,
