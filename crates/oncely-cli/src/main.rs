@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)]
 
 mod contract;
+mod fleet_client;
 mod gates;
 mod jobs;
 mod processor;
@@ -254,6 +255,12 @@ enum Command {
         /// webhook (repeatable; default all).
         #[arg(long)]
         only: Vec<String>,
+        /// The fleet gate's clients as external processes: `sh -c COMMAND`, --fleet-clients of
+        /// them, each given the proxy URL, account, key prefix, call count and SDK settings in
+        /// ONCELY_FLEET_* variables and printing one JSON line per call (conformance/README.md,
+        /// "The fleet run"). For SDKs in other languages.
+        #[arg(long)]
+        client_command: Option<String>,
     },
     /// Print the integrator contract (Markdown) from the live configuration.
     Contract {
@@ -270,6 +277,10 @@ enum Command {
         #[arg(long)]
         scenarios: Option<std::path::PathBuf>,
     },
+    /// One fleet client on the Rust SDK, for `oncely gates --only fleet --client-command`:
+    /// reads ONCELY_FLEET_* and prints one JSON line per call.
+    #[command(hide = true)]
+    FleetClient,
     /// Delete records past retention, in bounded batches.
     Reap {
         /// Key store.
@@ -326,7 +337,9 @@ async fn main() -> ExitCode {
     // logged only when RUST_LOG asks for them.
     init_tracing(match cli.command {
         // The retries and budget refusals the gates provoke on purpose are not news.
-        Command::Gates { .. } => "warn,oncely_client=error,oncely_tower=error",
+        Command::Gates { .. } | Command::FleetClient => {
+            "warn,oncely_client=error,oncely_tower=error"
+        }
         Command::Audit(_) | Command::Bench(_) | Command::Simulate(_) => "warn",
         Command::Reap { .. } | Command::Complete { .. } => "warn,oncely=info",
         _ => "info",
@@ -486,6 +499,7 @@ async fn run(cli: Cli) -> Result<bool> {
             fleet_calls,
             json,
             only,
+            client_command,
         } => {
             gates::run(gates::GatesConfig {
                 store,
@@ -495,6 +509,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 fleet_calls,
                 json,
                 only,
+                client_command,
             })
             .await
         }
@@ -511,6 +526,7 @@ async fn run(cli: Cli) -> Result<bool> {
         Command::Simulate(args) => tools::simulate::run(args).await,
         Command::Bench(args) => tools::bench::run(args).await,
         Command::Reap { store, batch } => jobs::reap(&store, batch).await,
+        Command::FleetClient => fleet_client::run().await,
         Command::Testbench { addr, scenarios } => {
             oncely_testbench::serve(addr, scenarios.as_deref()).await?;
             Ok(true)
