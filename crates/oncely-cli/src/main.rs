@@ -5,6 +5,7 @@
 #![allow(unreachable_pub)]
 
 mod contract;
+mod contract_sdks;
 mod fleet_client;
 mod gates;
 mod jobs;
