@@ -3,7 +3,8 @@
 # mypy from PyPI and this package installed from ./sdks/python (not editable, so the tests run
 # the package as built); then mypy --strict, the unit and socket tests, the conformance runner
 # against the testbench, and the fleet run against `oncely serve`. Also: `pip install
-# ./sdks/python` in a fresh venv, and the unit tests on Python 3.9 when one is installed.
+# ./sdks/python` in a fresh venv (and the unit tests there, on the newest httpx the range allows),
+# and the unit tests on Python 3.9 when one is installed.
 #
 # Environment: ONCELY_TESTBENCH_URL (a running `oncely testbench`; without it the runner starts
 # "$ONCELY_BIN testbench" itself) and ONCELY_BIN (the built `oncely` binary, default
@@ -42,6 +43,9 @@ assert pathlib.Path(oncely.__file__).with_name("py.typed").exists()
 httpx.Client(transport=oncely.RetryTransport()).close()
 print(f"oncely {oncely.__version__} with httpx {httpx.__version__}: installed and importable")
 PY
+# The unit tests again, in that venv: against the newest httpx the package's range allows.
+"$fresh/bin/pip" install -q "pytest==$PYTEST"
+(cd sdks/python && "$root/$fresh/bin/python" -m pytest -q -p no:cacheprovider tests --ignore=tests/test_conformance.py)
 
 echo "== python sdk: mypy --strict"
 (cd sdks/python && "$root/$VENV/bin/mypy" --strict src tests)

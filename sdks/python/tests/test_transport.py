@@ -888,3 +888,25 @@ def test_async_attempt_is_bounded_as_a_whole() -> None:
     with pytest.raises(oncely.OutcomeUnknown) as info:
         asyncio.run(asyncio.wait_for(run_post(), 10))
     assert isinstance(info.value.__cause__, httpx.TimeoutException)
+
+
+def test_resending_the_same_request_object_resends_its_key(mode: str) -> None:
+    """A minted key is set on the request itself: a caller who sends the same httpx.Request
+    again (its own retry, later) sends the same key, and the server collapses the two."""
+    h = Harness(mode, script(status(201)))
+    request = httpx.Request("POST", "http://api.test/v1/payments", content=b"{}")
+    if mode == "sync":
+        with httpx.Client(transport=h.transport) as client:
+            client.send(request)
+            client.send(request)
+    else:
+
+        async def run() -> None:
+            async with httpx.AsyncClient(transport=h.transport) as client:
+                await client.send(request)
+                await client.send(request)
+
+        asyncio.run(run())
+    assert h.keys[0] is not None and h.keys == [h.keys[0]] * 2
+    assert h.transport.metrics.snapshot()["keys_minted"] == 1
+    assert "oncely.active" not in request.extensions

@@ -101,6 +101,8 @@ from .schedule import RETRY_AFTER, CallState, RetryPlan, Stop, deadline_exhauste
 __all__ = ["ACTIVE_EXTENSION", "AsyncRetryTransport", "MAX_PROBLEM_BODY", "RetryTransport"]
 
 logger = logging.getLogger("oncely")
+# A library adds no handler but this one (the logging HOWTO): the application decides.
+logger.addHandler(logging.NullHandler())
 
 #: Largest problem+json body read for classification, in bytes (64 KiB).
 MAX_PROBLEM_BODY = 64 * 1024
