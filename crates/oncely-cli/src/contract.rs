@@ -7,7 +7,7 @@ use oncely_core::{ErrorCode, InFlightBehavior, Policy};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     let s = d.as_secs();
     if d.subsec_millis() != 0 || s == 0 {
         format!("{} ms", d.as_millis())
@@ -428,6 +428,7 @@ pub fn render(policy: &Policy) -> String {
             .map(|c| c.cost(oncely_client::budget::RetryCost::Throttle))
             .unwrap_or(0),
     );
+    crate::contract_sdks::write(w, &sdk);
     grpc(w, policy, &sdk);
     o
 }

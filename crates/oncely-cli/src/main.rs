@@ -5,6 +5,8 @@
 #![allow(unreachable_pub)]
 
 mod contract;
+mod contract_sdks;
+mod fleet_client;
 mod gates;
 mod jobs;
 mod processor;
@@ -261,12 +263,32 @@ enum Command {
         /// webhook (repeatable; default all).
         #[arg(long)]
         only: Vec<String>,
+        /// The fleet gate's clients as external processes: `sh -c COMMAND`, --fleet-clients of
+        /// them, each given the proxy URL, account, key prefix, call count and SDK settings in
+        /// ONCELY_FLEET_* variables and printing one JSON line per call (conformance/README.md,
+        /// "The fleet run"). For SDKs in other languages.
+        #[arg(long)]
+        client_command: Option<String>,
     },
     /// Print the integrator contract (Markdown) from the live configuration.
     Contract {
         #[command(flatten)]
         policy: PolicyArgs,
     },
+    /// Serve the retry conformance scenarios (conformance/retry/README.md) as a scripted fault
+    /// server; prints its URL as the first line of standard output and serves until killed.
+    Testbench {
+        /// Address to listen on (port 0 picks a free one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        /// The scenario file (default: conformance/retry/scenarios.json as it was at build time).
+        #[arg(long)]
+        scenarios: Option<std::path::PathBuf>,
+    },
+    /// One fleet client on the Rust SDK, for `oncely gates --only fleet --client-command`:
+    /// reads ONCELY_FLEET_* and prints one JSON line per call.
+    #[command(hide = true)]
+    FleetClient,
     /// Delete records past retention, in bounded batches.
     Reap {
         /// Key store.
@@ -323,7 +345,9 @@ async fn main() -> ExitCode {
     // logged only when RUST_LOG asks for them.
     init_tracing(match cli.command {
         // The retries and budget refusals the gates provoke on purpose are not news.
-        Command::Gates { .. } => "warn,oncely_client=error,oncely_tower=error",
+        Command::Gates { .. } | Command::FleetClient => {
+            "warn,oncely_client=error,oncely_tower=error"
+        }
         Command::Audit(_) | Command::Bench(_) | Command::Simulate(_) => "warn",
         Command::Reap { .. } | Command::Complete { .. } => "warn,oncely=info",
         _ => "info",
@@ -489,6 +513,7 @@ async fn run(cli: Cli) -> Result<bool> {
             fleet_calls,
             json,
             only,
+            client_command,
         } => {
             gates::run(gates::GatesConfig {
                 store,
@@ -498,6 +523,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 fleet_calls,
                 json,
                 only,
+                client_command,
             })
             .await
         }
@@ -514,6 +540,11 @@ async fn run(cli: Cli) -> Result<bool> {
         Command::Simulate(args) => tools::simulate::run(args).await,
         Command::Bench(args) => tools::bench::run(args).await,
         Command::Reap { store, batch } => jobs::reap(&store, batch).await,
+        Command::FleetClient => fleet_client::run().await,
+        Command::Testbench { addr, scenarios } => {
+            oncely_testbench::serve(addr, scenarios.as_deref()).await?;
+            Ok(true)
+        }
         Command::Complete {
             store,
             server_url,

@@ -41,6 +41,18 @@ pub(super) struct Call {
     took: Duration,
 }
 
+impl Call {
+    /// A call an external client reported ([`super::external`]).
+    pub(super) fn reported(key: String, amount: i64, ok: bool, took: Duration) -> Self {
+        Self {
+            key,
+            amount,
+            ok,
+            took,
+        }
+    }
+}
+
 /// Starts `clients` fleet clients through `retry`: client `c` sends `calls` payments one after
 /// the other, with keys `{tag}-{c}-{n}`, to `bases[c % bases.len()]`, as `account`; `done`
 /// counts finished calls. Each task returns its calls.
@@ -172,6 +184,9 @@ pub(super) fn sdk_metrics(retry: &OncelyRetry) -> Value {
 
 /// Runs the gate: `cfg.fleet_clients` clients making `cfg.fleet_calls` payments each.
 pub async fn run(env: &Env, cfg: &GatesConfig) -> Result<GateResult> {
+    if let Some(command) = &cfg.client_command {
+        return super::external::run(env, cfg, command).await;
+    }
     let (clients, calls) = (cfg.fleet_clients, cfg.fleet_calls);
     env.step("fleet: starting the API server and the fault proxy");
     let api = env.start_api(&[]).await?;

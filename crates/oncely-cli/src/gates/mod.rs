@@ -35,6 +35,7 @@
 //! | [`grpc`] | the concurrency and crash gates over gRPC, a file each |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |
 //! | [`child`], [`proxy`] | child processes; the fault-injecting proxy of the fleet gate |
+//! | [`external`] | the fleet gate with external client processes (`--client-command`), for SDKs in other languages |
 //!
 //! # Adding a gate
 //!
@@ -46,6 +47,7 @@ mod child;
 mod concurrency;
 mod crash;
 mod env;
+mod external;
 mod fleet;
 mod grpc;
 mod http;
@@ -77,6 +79,9 @@ pub struct GatesConfig {
     pub json: bool,
     /// Run only these gates (their [`Gate::name`]s); empty = all.
     pub only: Vec<String>,
+    /// The fleet gate's clients as external processes (`sh -c` this command), for SDKs in
+    /// other languages ([`external`]); `None` = the Rust SDK in process.
+    pub client_command: Option<String>,
 }
 
 impl Default for GatesConfig {
@@ -89,6 +94,7 @@ impl Default for GatesConfig {
             fleet_calls: 10,
             json: false,
             only: Vec::new(),
+            client_command: None,
         }
     }
 }

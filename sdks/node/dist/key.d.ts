@@ -1,0 +1,56 @@
+/**
+ * Idempotency keys: minted once per logical call, reused on every attempt.
+ *
+ * The `Idempotency-Key` request header (IETF HTTPAPI draft "The Idempotency-Key HTTP Header
+ * Field") lets a server recognise a retried `POST` or `PATCH` and run its side effects once.
+ * It only works if every attempt of one logical operation carries **the same** key.
+ *
+ * Which key to use, best first:
+ *
+ * 1. **Event-derived**: built from the business event the call performs, such as
+ *    `order-confirm-${orderId}`. It survives a process restart, a queue redelivery, a double
+ *    click. Recommended.
+ * 2. **Request-scoped**: minted once when your own inbound request or job starts and passed
+ *    down to this call.
+ * 3. **Random, reused**: what the SDK does when you set nothing: a UUID v4
+ *    (`crypto.randomUUID()`) minted once per logical call and sent on every attempt of it.
+ *
+ * Anti-pattern: a fresh key per attempt. The server sees each retry as a new request, and a
+ * retried payment is charged twice.
+ *
+ * Keys follow the server's rules: 1 to 255 visible ASCII characters (`0x21` to `0x7E`), the
+ * header sent once; the draft's structured-field string form `"abc"` is accepted, as the
+ * server accepts it. A caller's key that breaks them ends the call before anything is sent.
+ *
+ * @module
+ */
+/** The header name (lower case, as `Headers` stores names). */
+export declare const IDEMPOTENCY_KEY = "idempotency-key";
+/** The longest key the server accepts, in characters: 255. */
+export declare const MAX_KEY_LENGTH = 255;
+/** Why a key is invalid (the server would answer `400 idempotency_key_invalid`). */
+export type KeyProblem = 'empty' | 'too-long' | 'not-visible-ascii' | 'bad-quoting';
+/** Makes the key of a logical call that has none. Called once per call, never per attempt. */
+export type MakeIdempotencyKey = () => string;
+/** The default key maker: a random UUID v4 (36 characters), `crypto.randomUUID()`. */
+export declare const uuidV4Key: MakeIdempotencyKey;
+/**
+ * Checks a key by the server's rules and explains what is wrong: `undefined` when it is valid.
+ * Surrounding spaces and tabs are not part of a header value (RFC 9110 section 5.5).
+ */
+export declare function keyProblem(raw: string): {
+    problem: KeyProblem;
+    detail: string;
+} | undefined;
+/** Whether a key is a valid `Idempotency-Key` value by the server's rules. */
+export declare function isValidKey(raw: string): boolean;
+/**
+ * Whether a method gets a key minted when the caller did not set one: `POST` and `PATCH`, the
+ * methods RFC 9110 does not define as idempotent (section 9.2.2). Case-insensitive.
+ */
+export declare function needsKey(method: string): boolean;
+/**
+ * `GET`, `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`: idempotent by RFC 9110 section 9.2.2, so
+ * repeating them is safe. Case-insensitive.
+ */
+export declare function isIdempotentMethod(method: string): boolean;

@@ -1,0 +1,236 @@
+/**
+ * Request bodies that can be resent byte for byte, and response bodies read for a problem.
+ *
+ * @module
+ */
+
+/** Largest problem+json body read to classify a response, in bytes (64 KiB, as in the Rust SDK). */
+export const MAX_PROBLEM_BODY = 64 * 1024;
+
+/** A request or response body, as `fetch` takes it. */
+type Body = RequestInit['body'];
+/** One step of a body reader. */
+type ReadStep = Awaited<ReturnType<ReadableStreamDefaultReader<Uint8Array>['read']>>;
+
+/** How one attempt's request is made from the caller's `(input, init)`. */
+export interface PreparedRequest {
+  /** Whether every attempt can carry the same bytes (`false`: a stream, sent once). */
+  readonly replayable: boolean;
+  /** The input and body of the next attempt, or `undefined` when a one-shot body was spent. */
+  next(): { input: string | URL | Request; body: Body } | undefined;
+}
+
+function isBufferedBody(body: unknown): boolean {
+  return (
+    typeof body === 'string' ||
+    body instanceof ArrayBuffer ||
+    ArrayBuffer.isView(body) ||
+    body instanceof Blob ||
+    body instanceof URLSearchParams ||
+    (typeof SharedArrayBuffer !== 'undefined' && body instanceof SharedArrayBuffer)
+  );
+}
+
+/**
+ * Decides how each attempt gets its body:
+ *
+ * - a string, `ArrayBuffer`, typed array, `DataView`, `Blob` or `URLSearchParams` body is
+ *   handed to every attempt as it is (`fetch` reads it without consuming it): the same bytes;
+ * - a `FormData` body is encoded once, here, and every attempt sends those bytes with that
+ *   `Content-Type`: encoding it per attempt would draw a new multipart boundary each time, a
+ *   different body for the server's fingerprint;
+ * - a `Request` input with a body is cloned for each attempt (`Request.clone`, which keeps
+ *   the bytes in memory as they are sent), so every attempt sends the same bytes;
+ * - any other body (a `ReadableStream`, an async iterable) cannot be sent twice: the first
+ *   attempt takes it, and the call is not retried (`BODY_NOT_REPLAYABLE`).
+ *
+ * `headers` is the attempt's header set; a `Content-Type` for an encoded `FormData` is added
+ * to it when the caller set none.
+ */
+export async function prepareRequest(
+  input: string | URL | Request,
+  init: RequestInit | undefined,
+  headers: Headers,
+): Promise<PreparedRequest> {
+  const initBody = init?.body;
+  if (initBody !== undefined && initBody !== null) {
+    if (isBufferedBody(initBody)) {
+      return { replayable: true, next: () => ({ input, body: initBody }) };
+    }
+    if (initBody instanceof FormData) {
+      const encoded = new Request('http://localhost/', { method: 'POST', body: initBody });
+      const bytes = new Uint8Array(await encoded.arrayBuffer());
+      const type = encoded.headers.get('content-type');
+      if (type !== null && !headers.has('content-type')) headers.set('content-type', type);
+      return { replayable: true, next: () => ({ input, body: bytes }) };
+    }
+    let spent = false;
+    return {
+      replayable: false,
+      next: () => {
+        if (spent) return undefined;
+        spent = true;
+        return { input, body: initBody };
+      },
+    };
+  }
+  if (input instanceof Request && input.body !== null) {
+    if (input.bodyUsed) throw new TypeError('oncely: the Request body has already been read');
+    return { replayable: true, next: () => ({ input: input.clone(), body: undefined }) };
+  }
+  return { replayable: true, next: () => ({ input, body: undefined }) };
+}
+
+/** Whether a response says its body is JSON (any `Content-Type` containing `json`). */
+export function isJson(headers: Headers): boolean {
+  return (headers.get('content-type') ?? '').toLowerCase().includes('json');
+}
+
+/** How reading a body for classification ended. */
+export type BodyRead = 'complete' | 'too-large' | 'failed' | 'timed-out';
+
+/** A response body read up to {@link MAX_PROBLEM_BODY} bytes. */
+export interface InspectedBody {
+  /** How the read ended. */
+  readonly read: BodyRead;
+  /** The bytes read. */
+  readonly bytes: Uint8Array;
+  /** The error that broke the body (`'failed'`, `'timed-out'`). */
+  readonly error: unknown;
+  /** The rest of the body, to hand to the caller after `bytes` (`'too-large'`, `'timed-out'`). */
+  readonly reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  /** A read still under way when the time ran out: its chunk comes before the reader's next. */
+  readonly pending: Promise<ReadStep> | undefined;
+}
+
+/** Rejects when `signal` aborts, whatever `promise` does (for a fetch that ignores its signal). */
+export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal, onLate?: (value: T) => void): Promise<T> {
+  if (signal.aborted) {
+    promise.then(onLate, () => {});
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const onAbort = () => {
+      if (settled) return;
+      settled = true;
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        if (settled) {
+          onLate?.(value);
+          return;
+        }
+        settled = true;
+        resolve(value);
+      },
+      (error) => {
+        signal.removeEventListener('abort', onAbort);
+        if (settled) return;
+        settled = true;
+        reject(error);
+      },
+    );
+  });
+}
+
+function concat(chunks: Uint8Array[], total: number): Uint8Array {
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
+}
+
+/**
+ * Reads a response body up to {@link MAX_PROBLEM_BODY} bytes, until `signal` aborts (the
+ * attempt's time). Never throws: a body that breaks, stalls or is too large says so in `read`.
+ */
+export async function readSmallBody(body: ReadableStream<Uint8Array>, signal: AbortSignal): Promise<InspectedBody> {
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const pending = reader.read();
+    let step: ReadStep;
+    try {
+      step = await raceSignal(pending, signal);
+    } catch (error) {
+      const bytes = concat(chunks, total);
+      if (signal.aborted) {
+        pending.catch(() => {});
+        return { read: 'timed-out', bytes, error, reader, pending };
+      }
+      return { read: 'failed', bytes, error, reader: undefined, pending: undefined };
+    }
+    if (step.done) {
+      return { read: 'complete', bytes: concat(chunks, total), error: undefined, reader: undefined, pending: undefined };
+    }
+    chunks.push(step.value);
+    total += step.value.byteLength;
+    if (total > MAX_PROBLEM_BODY) {
+      return { read: 'too-large', bytes: concat(chunks, total), error: undefined, reader, pending: undefined };
+    }
+  }
+}
+
+/**
+ * A body stream that yields the bytes read, then the rest of the original body (or the error
+ * that broke it), so a response handed back after inspection reads as it would have: the same
+ * bytes, then the same end.
+ */
+export function replayedBody(inspected: InspectedBody): ReadableStream<Uint8Array> {
+  const { bytes, reader, error } = inspected;
+  let pending = inspected.pending;
+  let prefixSent = bytes.byteLength === 0;
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (!prefixSent) {
+        prefixSent = true;
+        controller.enqueue(bytes);
+        return;
+      }
+      if (reader === undefined) {
+        if (error !== undefined) controller.error(error);
+        else controller.close();
+        return;
+      }
+      try {
+        const read = pending ?? reader.read();
+        pending = undefined;
+        const step = await read;
+        if (step.done) controller.close();
+        else controller.enqueue(step.value);
+      } catch (e) {
+        controller.error(e);
+      }
+    },
+    async cancel(reason) {
+      await reader?.cancel(reason).catch(() => {});
+    },
+  });
+}
+
+/** A response with the same status, headers, URL and the given body. */
+export function rebuildResponse(original: Response, body: Body): Response {
+  const rebuilt = new Response(body, {
+    status: original.status,
+    statusText: original.statusText,
+    headers: original.headers,
+  });
+  Object.defineProperty(rebuilt, 'url', { value: original.url, enumerable: true });
+  Object.defineProperty(rebuilt, 'redirected', { value: original.redirected, enumerable: true });
+  return rebuilt;
+}
+
+/** Reads or cancels the body of a response that will not be returned, so its socket is freed. */
+export function discard(response: Response): void {
+  if (response.body !== null && !response.bodyUsed) {
+    response.body.cancel().catch(() => {});
+  }
+}

@@ -1,0 +1,180 @@
+/**
+ * The retry policy: how many attempts, how long in total, how long each, how to back off.
+ *
+ * These defaults are the contract for callers who never read docs; they are the Rust SDK's
+ * (`oncely-client`, `policy.rs`), default for default, and justified there against the
+ * published defaults of the AWS SDKs (standard mode), Stripe's SDKs and the Stainless-generated
+ * SDKs:
+ *
+ * | setting | default | option |
+ * |---|---|---|
+ * | attempts in total (the first included) | 3 | `maxAttempts` |
+ * | overall deadline of one logical call | 30 s | `deadlineMs` |
+ * | timeout of one attempt (cut to the time left) | 10 s | `attemptTimeoutMs` |
+ * | backoff | full jitter, 500 ms base, 8 s cap | `backoff` |
+ * | `Retry-After` | a lower bound on the jittered backoff | (always) |
+ * | `500` retried | no (yes only when enabled and safe to repeat) | `retry500` |
+ * | keys minted for `POST` and `PATCH` | yes, UUID v4, once per call | `mintKeys`, `makeKey` |
+ * | retry budget | 500 tokens, 14 per transient retry, 5 per throttle retry, 1 back per first-attempt success | `budget` |
+ *
+ * @module
+ */
+
+import { DEFAULT_BACKOFF, type Backoff, type RandomSource } from './backoff.js';
+import { DEFAULT_BUDGET, RetryBudget, type BudgetConfig } from './budget.js';
+import type { ResponseClassifier } from './classify.js';
+import { MAX_TIMER_MS, systemClock, type Clock } from './clock.js';
+import { uuidV4Key, type MakeIdempotencyKey } from './key.js';
+
+/** Default total attempts per logical call (the first one included): 3. */
+export const DEFAULT_MAX_ATTEMPTS = 3;
+/** Default overall deadline per logical call: 30 seconds (30000 milliseconds). */
+export const DEFAULT_DEADLINE_MS = 30_000;
+/** Default per-attempt timeout: 10 seconds (10000 milliseconds), always cut to the time left. */
+export const DEFAULT_ATTEMPT_TIMEOUT_MS = 10_000;
+
+/** What the `onRetry` hook and the debug log are told about each retry. */
+export interface RetryEvent {
+  /** The attempt that just failed (1 for the first). */
+  readonly attempt: number;
+  /** The attempt about to be made after the wait. */
+  readonly nextAttempt: number;
+  /** Why it is retried, for example `503` or `connection failed before sending`. */
+  readonly reason: string;
+  /** The machine form of the reason (`'throttled'`, `'server-error'`, `'timed-out'`...). */
+  readonly reasonKind: string;
+  /** The status of the failed attempt's response, if it got one. */
+  readonly status: number | undefined;
+  /** The failed attempt's error, if it got no response. */
+  readonly error: unknown;
+  /** How long the SDK sleeps before the next attempt, in milliseconds. */
+  readonly waitMs: number;
+  /** What set that length: the jittered backoff, or the server's longer `Retry-After`. */
+  readonly waitSource: 'backoff' | 'retry-after';
+  /** The jittered backoff that was drawn, in milliseconds. */
+  readonly backoffMs: number;
+  /** The server's `Retry-After`, in milliseconds, when it sent a well-formed one. */
+  readonly retryAfterMs: number | undefined;
+  /** Tokens left in the budget after paying for this retry (`undefined` without a budget). */
+  readonly tokensLeft: number | undefined;
+  /** What this retry cost, in tokens (`undefined` without a budget). */
+  readonly cost: number | undefined;
+  /** The `Idempotency-Key` every attempt of this call carries, if any. */
+  readonly idempotencyKey: string | undefined;
+  /** The request method. */
+  readonly method: string;
+  /** The request URL, without its query string. */
+  readonly url: string;
+}
+
+/** The options of `withRetries`; every member is optional and defaults as in the module docs. */
+export interface RetryPolicyOptions {
+  /** Total attempts per logical call, the first included (an integer; 0 counts as 1; 1 disables retries). Default 3. */
+  maxAttempts?: number;
+  /** The overall deadline of one logical call, all attempts and sleeps included, in milliseconds. Default 30000. */
+  deadlineMs?: number;
+  /** The timeout of one attempt, in milliseconds; each attempt gets `min(this, time left)`. Default 10000. */
+  attemptTimeoutMs?: number;
+  /** The backoff: `{ jitter: 'full' | 'decorrelated', baseMs, capMs }`. Default full jitter, 500 ms, 8000 ms. */
+  backoff?: Partial<Backoff>;
+  /** Whether `500` is retried (only for requests safe to repeat). Default `false`. */
+  retry500?: boolean;
+  /**
+   * Whether a `POST` or `PATCH` without an `Idempotency-Key` gets one minted, once per logical
+   * call. Default `true`. Without a key, an ambiguous failure of such a request ends as
+   * `OUTCOME_UNKNOWN` instead of a safe retry.
+   */
+  mintKeys?: boolean;
+  /**
+   * The retry budget: its numbers (a fresh bucket for this wrapped function), an existing
+   * {@link RetryBudget} to share, or `null` to disable it (not recommended). Default
+   * `{ capacity: 500, transientCost: 14, throttleCost: 5, successRefund: 1 }`.
+   */
+  budget?: Partial<BudgetConfig> | RetryBudget | null;
+  /** Called before every retry's sleep; an exception it throws is logged and ignored. */
+  onRetry?: (event: RetryEvent) => void;
+  /** An extra retry signal read from error responses (see `classify`). */
+  classifier?: ResponseClassifier;
+  /** Makes the key of a call that has none (default `crypto.randomUUID()`); checked like a caller's. */
+  makeKey?: MakeIdempotencyKey;
+  /** The clock (tests, simulations). Default: the system clock. */
+  clock?: Clock;
+  /** The jitter's random source, a number in `[0, 1)` (default `Math.random`). */
+  random?: RandomSource;
+}
+
+/** A validated policy, as the retry loop uses it. */
+export interface RetryPolicy {
+  readonly maxAttempts: number;
+  readonly deadlineMs: number;
+  readonly attemptTimeoutMs: number;
+  readonly backoff: Backoff;
+  readonly retry500: boolean;
+  readonly mintKeys: boolean;
+  readonly budget: RetryBudget | null;
+  readonly onRetry: ((event: RetryEvent) => void) | undefined;
+  readonly classifier: ResponseClassifier | undefined;
+  readonly makeKey: MakeIdempotencyKey;
+  readonly clock: Clock;
+  readonly random: RandomSource;
+}
+
+function duration(name: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || value > MAX_TIMER_MS) {
+    throw new RangeError(
+      `oncely: ${name} must be a number of milliseconds in [0, ${MAX_TIMER_MS}], got ${String(value)}`,
+    );
+  }
+  return value;
+}
+
+/** Normalises an attempt count: an integer `>= 1` (0 counts as 1, as in the Rust SDK). */
+export function attemptCount(name: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) {
+    throw new RangeError(`oncely: ${name} must be an integer >= 0, got ${String(value)}`);
+  }
+  return Math.max(1, value);
+}
+
+/**
+ * Validates options into a policy.
+ *
+ * @throws RangeError for a negative, non-finite or too large duration (more than 2^31 - 1
+ * milliseconds, the limit of Node's timers), a non-integer attempt count, an unknown jitter.
+ */
+export function resolvePolicy(options: RetryPolicyOptions = {}): RetryPolicy {
+  const b = { ...DEFAULT_BACKOFF, ...options.backoff };
+  if (b.jitter !== 'full' && b.jitter !== 'decorrelated') {
+    throw new RangeError(`oncely: backoff.jitter must be 'full' or 'decorrelated', got ${String(b.jitter)}`);
+  }
+  const backoff: Backoff = Object.freeze({
+    jitter: b.jitter,
+    baseMs: duration('backoff.baseMs', b.baseMs, DEFAULT_BACKOFF.baseMs),
+    capMs: duration('backoff.capMs', b.capMs, DEFAULT_BACKOFF.capMs),
+  });
+  let budget: RetryBudget | null;
+  if (options.budget === null) budget = null;
+  else if (options.budget instanceof RetryBudget) budget = options.budget;
+  else budget = new RetryBudget({ ...DEFAULT_BUDGET, ...options.budget });
+  return Object.freeze({
+    maxAttempts: attemptCount('maxAttempts', options.maxAttempts, DEFAULT_MAX_ATTEMPTS),
+    deadlineMs: duration('deadlineMs', options.deadlineMs, DEFAULT_DEADLINE_MS),
+    attemptTimeoutMs: duration('attemptTimeoutMs', options.attemptTimeoutMs, DEFAULT_ATTEMPT_TIMEOUT_MS),
+    backoff,
+    retry500: options.retry500 ?? false,
+    mintKeys: options.mintKeys ?? true,
+    budget,
+    onRetry: options.onRetry,
+    classifier: options.classifier,
+    makeKey: options.makeKey ?? uuidV4Key,
+    clock: options.clock ?? systemClock,
+    random: options.random ?? Math.random,
+  });
+}
+
+/** Checks a per-call deadline override, in milliseconds. */
+export function callDeadline(value: unknown, fallback: number): number {
+  return duration('oncely.deadlineMs', value, fallback);
+}
