@@ -381,9 +381,14 @@ pub fn render(policy: &Policy) -> String {
     let _ = writeln!(
         w,
         "At most {} attempts in total and one overall deadline of {}; each attempt's timeout is \
-         {} or the time left, whichever is smaller. Retried: connection failures, 429, 502, 503, \
-         504, `{}`, and timeouts on requests that carry a key. Never retried: other 4xx \
-         (including `{}`), or a problem with `retryable: false`. Between attempts the client sleeps \
+         {} or the time left, whichever is smaller. Retried: a connection that failed before the \
+         request was sent (any method), 408, 429, 503 and `{}` (any method: the server says it \
+         did not run the request), and 502, 504 and timeouts or resets after sending only for a \
+         request that is safe to repeat (one that carries a key, or an idempotent method: a \
+         gateway may have forwarded it); 500 only when enabled. Never retried: other 4xx \
+         (including `{}`), or a problem with `retryable: false`; the server's explicit word \
+         comes first (problem+json `retryable`, then `x-should-retry`, then \
+         `Stripe-Should-Retry`). Between attempts the client sleeps \
          a full-jitter backoff, `random(0, min(cap, base x 2^retry))` with base {} and cap {}, \
          and never less than the server's `Retry-After`.\n",
         sdk.max_attempts(),
