@@ -353,7 +353,11 @@ pub fn render(policy: &Policy) -> String {
     );
     let _ = writeln!(
         w,
-        "- A transactional handler's response committed with its writes (`oncely_sqlx`'s          `Tx::commit`) is stored and replayed whatever its status, 408, 409, 425, 429 and 5xx          included: its writes committed, so executing it again could repeat them. Such a          handler answers a retryable condition without committing (its transaction rolls          back and the key is released)."
+        "- A transactional handler's response (`oncely_sqlx`'s `Tx::commit`) is judged the same \
+         way, and more strictly: a 408, 409, 425, 429 or 5xx is not committed at all (its step \
+         rolls back with its writes, nothing is stored, and the key is released, or the request \
+         suspended at its last committed step), so a retry runs again; any other status \
+         commits with the writes and replays."
     );
     let _ = writeln!(
         w,

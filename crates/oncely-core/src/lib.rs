@@ -67,6 +67,8 @@ pub mod key;
 pub mod policy;
 pub mod problem;
 pub mod record;
+#[cfg(feature = "http")]
+pub mod response;
 pub mod store;
 
 #[cfg(feature = "tokio")]

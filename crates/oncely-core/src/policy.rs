@@ -111,6 +111,17 @@ impl StorePolicy {
         }
         !matches!(status, 408 | 409 | 425 | 429)
     }
+
+    /// Whether a response that a transactional handler is about to commit with its writes
+    /// (`oncely_sqlx::Tx::commit`) is committed and stored (`true`), or its phase rolls back
+    /// instead and the key is released (or the request suspended at its recovery point), so
+    /// that a retry runs again (`false`). What a handler commits is judged like what it
+    /// returns: 408, 409, 425 and 429 say "nothing was done, try again", and a 5xx from a
+    /// transactional handler says its work did not complete, so neither is kept; replaying it
+    /// for the whole replay window would tell every retry to come back in vain.
+    pub fn keeps_commit(self, status: u16) -> bool {
+        self.stores(status, false) && status < 500
+    }
 }
 
 /// The whole policy. Defaults: replay window 24 h, retention 72 h, lease 30 s, heartbeat every

@@ -1,10 +1,10 @@
 //! [`TransactionalClaimer`]: claims inside the handler's own transaction.
 
 use crate::store::SqlStore;
-use crate::tx::{Shared, State, TxSlot};
+use crate::tx::{Shared, TxSlot};
 use async_trait::async_trait;
 use oncely_core::{ClaimOutcome, ClaimRequest, StoreError};
-use oncely_tower::{ClaimProgress, Claimer};
+use oncely_tower::{Claimer, ClaimerKind};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -34,7 +34,6 @@ use std::sync::{Arc, Mutex};
 ///   it is answered from a read that takes no lock).
 pub struct TransactionalClaimer<S: SqlStore> {
     store: S,
-    max_response_bytes: usize,
 }
 
 impl<S: SqlStore> TransactionalClaimer<S> {
@@ -43,20 +42,15 @@ impl<S: SqlStore> TransactionalClaimer<S> {
     /// the database on PostgreSQL.
     pub const LOCAL_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
 
-    /// A claimer over `store`, storing response bodies up to `max_response_bytes` (the
-    /// policy's limit: use [`layer`](crate::layer), which keeps the two in step).
-    pub fn new(store: S, max_response_bytes: usize) -> Self {
-        Self {
-            store,
-            max_response_bytes,
-        }
+    /// A claimer over `store` (use [`layer`](crate::layer), which installs it).
+    pub fn new(store: S) -> Self {
+        Self { store }
     }
 }
 
 impl<S: SqlStore> fmt::Debug for TransactionalClaimer<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TransactionalClaimer")
-            .field("max_response_bytes", &self.max_response_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -67,7 +61,7 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
         &self,
         mut req: ClaimRequest,
         extensions: &mut http::Extensions,
-    ) -> Result<(ClaimOutcome, Option<Arc<dyn ClaimProgress>>), StoreError> {
+    ) -> Result<ClaimOutcome, StoreError> {
         // On an atomic store nobody reads the record before the claim's transaction commits,
         // and a single-phase request clears the stored request again at its completion in the
         // same commit: the request is stored with the first checkpoint instead, the first
@@ -80,30 +74,27 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
         let (outcome, tx) = self.store.claim_tx(&req).await?;
         let (ClaimOutcome::Claimed(claim), Some(tx)) = (&outcome, tx) else {
             // Nothing was written (an answer comes without a transaction).
-            return Ok((outcome, None));
+            return Ok(outcome);
         };
         let shared = Arc::new(Shared {
             store: self.store.clone(),
             id: req.id.clone(),
             token: claim.token,
-            kind: claim.kind,
             lease: req.lease,
             retention: req.retention,
-            max_response_bytes: self.max_response_bytes,
-            state: Mutex::new(State {
-                // A split store's claim committed at once in its key store.
-                committed: !self.store.atomic(),
-                completed: false,
-                recovery_point: claim.recovery_point.clone(),
-                deferred_request: deferred,
-                ended_behind: false,
-            }),
             first: Mutex::new(Some(tx)),
-            on_commit: Mutex::new(None),
-            abandoned: Mutex::new(None),
+            deferred_request: Mutex::new(deferred),
         });
-        extensions.insert(TxSlot(Arc::clone(&shared)));
-        Ok((outcome, Some(shared)))
+        extensions.insert(TxSlot(shared));
+        Ok(outcome)
+    }
+
+    /// The handler's transaction completes the record; the claim rides in it unless the store
+    /// is split (its claim committed at once in the key store).
+    fn kind(&self) -> ClaimerKind {
+        ClaimerKind::Transactional {
+            claim_in_transaction: self.store.atomic(),
+        }
     }
 
     /// 4 seconds (`PostgresStore::TX_LOCK_TIMEOUT`): a duplicate of a request this process

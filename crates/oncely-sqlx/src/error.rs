@@ -35,7 +35,7 @@ use oncely_core::{Problem, StoreError};
 /// an externally tagged enum, or the `step` member of an internally tagged one). The error
 /// cannot know this alone (a handler's `?` on its own statement makes it from a bare
 /// `sqlx::Error`): its response carries a marker, and the layer asks the request's claim,
-/// which knows, through [`ClaimProgress::unfinished_answer`](oncely_tower::ClaimProgress::unfinished_answer).
+/// which knows ([`oncely_tower::PhaseFailed`]).
 /// [`TxError::Fenced`] keeps its `409` (another attempt owns the request now).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -158,70 +158,21 @@ pub fn classify(e: &sqlx::Error) -> DbErrorClass {
     }
 }
 
-/// Left in the extensions of a rendered [`TxError`] whose answer says nothing of this step
-/// committed: what failed, for the answer that replaces it when an earlier phase committed a
-/// recovery point (see [`stopped_answer`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PhaseFailed(&'static str);
-
-/// The answer to a phase that failed (`failed`) after the request committed `recovery_point`:
-/// `503 request_suspended`, retryable, `Retry-After: 1`.
-pub(crate) fn stopped_answer(failed: PhaseFailed, recovery_point: &str) -> (Problem, Option<u64>) {
-    let at = step_name(recovery_point).map_or_else(
-        || "at its last committed step".to_owned(),
-        |s| format!("after its step `{s}`"),
-    );
-    let detail = format!(
-        "{} in a step of this request, and that step rolled back; the steps before it are \
-         committed and kept, and the request stopped {at}: retry the same request with the \
-         same Idempotency-Key to resume there",
-        failed.0
-    );
-    (
-        Problem::from_code(oncely_core::ErrorCode::RequestSuspended, &detail),
-        Some(1),
-    )
-}
-
-/// A short name for a typed step, if it has one: a JSON string, the one key of an object (an
-/// externally tagged serde enum), or an object's `step` string (an internally tagged one); at
-/// most 64 visible ASCII characters.
-fn step_name(recovery_point: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(recovery_point).ok()?;
-    let name = match &v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Object(m) => match m.get("step") {
-            Some(serde_json::Value::String(s)) => s.clone(),
-            _ if m.len() == 1 => m.keys().next()?.clone(),
-            _ => return None,
-        },
-        _ => return None,
-    };
-    let fits = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_graphic());
-    fits.then_some(name)
-}
-
-/// The answer to a phase whose transaction the handler ended itself ([`TxError::TransactionEnded`],
-/// or a `Tx` dropped after the handler's own `COMMIT` or `ROLLBACK`): `500
-/// idempotency_handler_misuse`, not retryable.
-pub(crate) fn ended_problem() -> Problem {
-    Problem::from_code(
-        oncely_core::ErrorCode::HandlerMisuse,
-        "the handler ended its idempotent transaction itself (a COMMIT or ROLLBACK through it), so this step could not be recorded with its writes: nothing was stored, and the key was not released, because writes may have committed outside the step; a server bug",
-    )
-}
-
 impl IntoResponse for TxError {
     fn into_response(self) -> Response {
         use oncely_core::{ErrorCode, StatusProfile};
         let failed = match &self {
-            TxError::Database(e) => Some(PhaseFailed(match classify(e) {
+            TxError::Database(e) => Some(oncely_tower::PhaseFailed(match classify(e) {
                 DbErrorClass::Transient => "the database failed transiently",
                 DbErrorClass::Refused => "the database refused a value",
                 DbErrorClass::Other => "the database failed",
             })),
-            TxError::Store(_) => Some(PhaseFailed("the idempotency key store failed")),
-            TxError::ResponseFailed => Some(PhaseFailed("the response could not be produced")),
+            TxError::Store(_) => Some(oncely_tower::PhaseFailed(
+                "the idempotency key store failed",
+            )),
+            TxError::ResponseFailed => Some(oncely_tower::PhaseFailed(
+                "the response could not be produced",
+            )),
             _ => None,
         };
         let (p, retry_after) = match &self {
@@ -232,7 +183,7 @@ impl IntoResponse for TxError {
                 ),
                 None,
             ),
-            TxError::TransactionEnded => (ended_problem(), None),
+            TxError::TransactionEnded => (oncely_tower::phase::ended_problem(), None),
             TxError::AlreadyTaken | TxError::AlreadyCompleted => (
                 Problem::from_code(
                     ErrorCode::HandlerMisuse,

@@ -107,18 +107,21 @@
 //! well above the store's worst answer time to a renewal, and make every outside call with
 //! `Between::call`. See [`Between`].
 
+mod between;
 mod claimer;
 mod error;
+mod phase;
 mod split;
 mod store;
 mod tx;
 pub mod unclaimed;
 
+pub use between::Between;
 pub use claimer::TransactionalClaimer;
 pub use error::{DbErrorClass, TxError, classify};
 pub use split::Split;
 pub use store::SqlStore;
-pub use tx::{Between, Tx};
+pub use tx::Tx;
 
 use oncely_core::{Policy, RecordKey};
 use oncely_tower::IdempotencyLayer;
@@ -136,7 +139,7 @@ use std::sync::Arc;
 ///
 /// When `policy` is invalid (see [`Policy::validate`]).
 pub fn layer<S: SqlStore>(store: S, policy: Policy) -> IdempotencyLayer {
-    let claimer = TransactionalClaimer::new(store.clone(), policy.max_response_bytes);
+    let claimer = TransactionalClaimer::new(store.clone());
     IdempotencyLayer::new(Arc::new(store))
         .with_policy(policy)
         .with_claimer(claimer)

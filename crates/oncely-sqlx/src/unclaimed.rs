@@ -7,7 +7,7 @@
 
 use crate::error::TxError;
 use crate::store::SqlStore;
-use crate::tx::{Shared, State, TxSlot};
+use crate::tx::{Shared, TxSlot};
 use async_trait::async_trait;
 use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ReapReport, Record,
@@ -155,20 +155,10 @@ pub async fn attach_unclaimed<DB: Database>(
         store,
         id,
         token: FencingToken(1),
-        kind: ClaimKind::New,
         lease: Duration::from_secs(30),
         retention: Duration::ZERO,
-        max_response_bytes: usize::MAX,
-        state: Mutex::new(State {
-            committed: false,
-            completed: false,
-            recovery_point: None,
-            deferred_request: None,
-            ended_behind: false,
-        }),
         first: Mutex::new(Some(tx)),
-        on_commit: Mutex::new(None),
-        abandoned: Mutex::new(None),
+        deferred_request: Mutex::new(None),
     });
     extensions.insert(TxSlot(shared));
     Ok(())

@@ -422,6 +422,29 @@ async fn ends_itself<S: Db>(headers: HeaderMap, mut tx: Tx<S>) -> Result<Respons
     tx.commit((StatusCode::CREATED, "created")).await
 }
 
+/// Writes a row and commits an answer with the status of `x-status` (a `503` says "come back
+/// later"), then, with `x-return-other`, returns another response than the one it committed.
+async fn commits_status<S: Db>(
+    State(app): State<App<S>>,
+    headers: HeaderMap,
+    mut tx: Tx<S>,
+) -> Result<Response, TxError> {
+    app.executions.fetch_add(1, Ordering::SeqCst);
+    own_row(&mut tx).await?;
+    let status: u16 = headers
+        .get("x-status")
+        .and_then(|v| v.to_str().ok())
+        .map_or(201, |v| v.parse().unwrap());
+    let committed = tx
+        .commit((StatusCode::from_u16(status).unwrap(), "committed"))
+        .await?;
+    if headers.contains_key("x-return-other") {
+        drop(committed);
+        return Ok((StatusCode::OK, "something else").into_response());
+    }
+    Ok(committed)
+}
+
 /// A handler bug: writes, then answers success without committing.
 async fn forget<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
     own_row(&mut tx).await?;
@@ -475,6 +498,7 @@ async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
         .route("/ignores_failure", post(ignores_failure::<S>))
         .route("/fenced", post(fenced::<S>))
         .route("/ends_itself", post(ends_itself::<S>))
+        .route("/commits_status", post(commits_status::<S>))
         .with_state(Arc::clone(&app))
         .layer(oncely_sqlx::layer(store, policy))
         .layer(middleware::from_fn(authenticate));
@@ -1207,12 +1231,77 @@ async fn a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection<S:
     }
 }
 
+/// What a handler commits is judged like what it returns: a committed `503` (or `429`) is not
+/// kept. Its phase rolls back (no row), nothing is stored (no replay), and the key is free, so
+/// the retry runs again and its `201` is what replays from then on.
+async fn a_committed_retry_later_answer_is_not_kept<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    for status in ["503", "429"] {
+        let k = key();
+        let first = send(
+            &h.router,
+            request("/commits_status", &k, &[("x-status", status)]),
+        )
+        .await;
+        assert_eq!(first.status.to_string(), status);
+        assert!(!first.replayed);
+        assert_eq!(
+            h.app.store.rows(&k).await,
+            0,
+            "{status}: its writes rolled back"
+        );
+        let rec = h.app.store.get(&rid(&k)).await.unwrap();
+        assert!(
+            rec.as_ref().is_none_or(|r| r.state_name() != "complete"),
+            "{status}: nothing stored: {rec:?}"
+        );
+        let retry = send(&h.router, request("/commits_status", &k, &[])).await;
+        assert_eq!(retry.status, 201, "{status}: the retry ran again");
+        assert!(!retry.replayed);
+        assert_eq!(h.app.store.rows(&k).await, 1);
+        let again = send(&h.router, request("/commits_status", &k, &[])).await;
+        assert!(again.replayed);
+        assert_eq!((again.status, &again.body[..]), (201, &b"committed"[..]));
+    }
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 4);
+}
+
+/// A handler that commits one response and returns another: its caller gets the committed one
+/// (never a response that no retry will see), and every replay the same.
+async fn the_committed_response_is_the_one_sent<S: Db>() {
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let k = key();
+    let first = send(
+        &h.router,
+        request("/commits_status", &k, &[("x-return-other", "1")]),
+    )
+    .await;
+    assert_eq!((first.status, &first.body[..]), (201, &b"committed"[..]));
+    assert!(!first.replayed);
+    let replay = send(&h.router, request("/commits_status", &k, &[])).await;
+    assert!(replay.replayed);
+    assert_eq!((replay.status, replay.body), (first.status, first.body));
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 1);
+}
+
 macro_rules! suite {
     ($module:ident, $store:ty) => {
         mod $module {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection() {
                 super::a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_committed_retry_later_answer_is_not_kept() {
+                super::a_committed_retry_later_answer_is_not_kept::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn the_committed_response_is_the_one_sent() {
+                super::the_committed_response_is_the_one_sent::<$store>().await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn single_phase_commits_and_replays() {

@@ -12,86 +12,131 @@
 //!         return (StatusCode::BAD_REQUEST, Extension(HandlerOutcome::NotExecuted), "empty body")
 //!             .into_response();
 //!     }
-//!     // A multi-step request records each committed phase (and resumes from it on a
-//!     // takeover: `ctx.recovery_point`).
-//!     if ctx.recovery_point.as_deref() != Some("charged") {
+//!     // A multi-step request records each committed step (and resumes from it on a
+//!     // takeover).
+//!     if ctx.resume_from::<String>().ok().flatten().as_deref() != Some("charged") {
+//!         ctx.ensure_lease().await.expect("still the owner"); // before every outside call
 //!         // ... call the card processor with a key derived from ours ...
-//!         ctx.checkpoint("charged").await.expect("still the owner");
+//!         ctx.checkpoint(&"charged").await.expect("still the owner");
 //!     }
 //!     (StatusCode::CREATED, "paid").into_response()
 //! }
 //! # let _ = axum::Router::<()>::new().route("/", axum::routing::post(create_payment));
 //! ```
 
-use crate::lease::LeaseWatch;
-use oncely_core::{ClaimKind, FencingToken, KeyStore, RecordKey, StoreError};
+use crate::claim::ClaimState;
+use oncely_core::{ClaimKind, FencingToken, RecordKey, StoreError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// The claim a request holds, inserted by the layer into the request extensions of every
-/// claimed request (extract it in axum as an argument, or read it from
-/// `req.extensions()` in any tower service).
+/// The claim a request holds: the handle a non-transactional handler works with, inserted by
+/// the layer into the request extensions of every claimed request (extract it in axum as an
+/// argument, or read it from `req.extensions()` in any tower service). Cloning is cheap and
+/// shares the claim.
 ///
 /// It is absent on requests that pass through without a claim (ignored routes, and optional
 /// routes called without a key).
+///
+/// # One phase API
+///
+/// A multi-step request records each committed step with [`IdempotencyContext::checkpoint`]
+/// (a typed step, serialized as JSON), and a request that took the key over after a crash reads
+/// the last one back with [`IdempotencyContext::resume_from`]. Before every call to a system
+/// outside the key store it asks [`IdempotencyContext::ensure_lease`]. Its response is then
+/// stored by the layer (or the key released, by the store policy or [`HandlerOutcome`]). A
+/// transactional handler (`oncely_sqlx::Tx`) has the same API on its transaction.
 #[derive(Clone)]
-#[non_exhaustive]
 pub struct IdempotencyContext {
-    /// `(scope, key)`.
-    pub id: RecordKey,
-    /// The fencing token of this claim; every write to the record must carry it.
-    pub token: FencingToken,
-    /// Why the claim was granted: a first attempt, a takeover of a lapsed lease (resume from
-    /// `recovery_point`), or a reuse after the replay window (a brand-new request).
-    pub kind: ClaimKind,
-    /// The last committed phase of a taken-over multi-step request; `None` on a first attempt.
-    pub recovery_point: Option<String>,
-    /// The lease of the claim (the policy's, e.g. 30 seconds), renewed by the layer's heartbeat
-    /// while the handler runs.
-    pub lease: Duration,
-    /// How long the record is kept after completion (the policy's retention, e.g. 72 hours).
-    pub retention: Duration,
-    /// The store holding the record (for transactional handlers that complete it themselves).
-    pub store: Arc<dyn KeyStore>,
-    /// Where a claim made by a transactional [`Claimer`](crate::Claimer) stands; `None` for
-    /// a claim committed at once (the default).
-    pub progress: Option<Arc<dyn crate::ClaimProgress>>,
-    /// The claim's lease as the layer's heartbeat last saw it.
-    pub(crate) lease_watch: LeaseWatch,
+    claim: Arc<ClaimState>,
 }
 
 impl fmt::Debug for IdempotencyContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IdempotencyContext")
-            .field("id", &self.id)
-            .field("token", &self.token)
-            .field("kind", &self.kind)
-            .field("recovery_point", &self.recovery_point)
-            .field("lease", &self.lease)
-            .field("retention", &self.retention)
-            .finish_non_exhaustive()
+        fmt::Debug::fmt(&*self.claim, f)
     }
 }
 
+/// Why a step could not be recorded or read ([`IdempotencyContext::checkpoint`],
+/// [`IdempotencyContext::resume_from`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// The store refused or failed: [`StoreError::Fenced`] when this request lost its claim
+    /// (another request took the key over: stop, it owns the work now),
+    /// [`StoreError::Unavailable`] when the store cannot be reached.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The step does not serialize, or the stored one does not decode as the handler's type.
+    #[error("recovery point: {0}")]
+    Step(#[from] serde_json::Error),
+}
+
 impl IdempotencyContext {
-    /// Records that the phase named `recovery_point` committed (non-transactional mode), and
-    /// extends the lease. A retry that takes the key over after a crash sees it in
-    /// [`IdempotencyContext::recovery_point`] and resumes after that phase.
+    pub(crate) fn new(claim: Arc<ClaimState>) -> Self {
+        Self { claim }
+    }
+
+    /// `(scope, key)`.
+    pub fn id(&self) -> &RecordKey {
+        self.claim.id()
+    }
+
+    /// The fencing token of this claim; every write to the record carries it.
+    pub fn token(&self) -> FencingToken {
+        self.claim.token()
+    }
+
+    /// Why the claim was granted: a first attempt, a takeover of a lapsed lease (resume from
+    /// [`IdempotencyContext::resume_from`]), or a reuse after the replay window (a brand-new
+    /// request).
+    pub fn kind(&self) -> ClaimKind {
+        self.claim.kind()
+    }
+
+    /// The last committed step, as stored (a JSON document for steps recorded through this
+    /// API); `None` on a first attempt.
+    pub fn recovery_point(&self) -> Option<String> {
+        self.claim.recovery_point()
+    }
+
+    /// The last committed step, decoded as `T` (the handler's own step type, usually a serde
+    /// enum); `None` on a first attempt.
     ///
     /// # Errors
     ///
-    /// [`StoreError::Fenced`] when this request lost its claim (its lease lapsed and another
-    /// request took the key over): stop, the other request owns the work now.
-    /// [`StoreError::Unavailable`] when the store cannot be reached.
-    pub async fn checkpoint(&self, recovery_point: &str) -> Result<(), StoreError> {
-        self.store
-            .checkpoint(&self.id, self.token, recovery_point, self.lease)
-            .await
+    /// [`StepError::Step`] when the stored step does not decode as `T`.
+    pub fn resume_from<T: DeserializeOwned>(&self) -> Result<Option<T>, StepError> {
+        self.claim
+            .recovery_point()
+            .map(|rp| serde_json::from_str(&rp))
+            .transpose()
+            .map_err(Into::into)
+    }
+
+    /// Records that `step` committed (serialized as JSON) and extends the lease. A retry that
+    /// takes the key over after a crash reads it back with
+    /// [`IdempotencyContext::resume_from`] and resumes after that step.
+    ///
+    /// # Errors
+    ///
+    /// [`StepError::Store`] with [`StoreError::Fenced`] when this request lost its claim (its
+    /// lease lapsed and another request took the key over): stop, the other request owns the
+    /// work now; with [`StoreError::Unavailable`] when the store cannot be reached.
+    /// [`StepError::Step`] when `step` does not serialize.
+    pub async fn checkpoint<T: Serialize>(&self, step: &T) -> Result<(), StepError> {
+        let rp = serde_json::to_string(step)?;
+        let c = &self.claim;
+        c.store()
+            .checkpoint(c.id(), c.token(), &rp, c.lease())
+            .await?;
+        c.phase_committed(Some(rp));
+        Ok(())
     }
 
     /// Makes sure this request still holds its claim before an outside call (see
-    /// [`LeaseWatch::ensure_held`]): call it right before every call to a system outside the
+    /// [`ClaimState::ensure_held`]): call it right before every call to a system outside the
     /// key store (a card processor, a mailer), with no database transaction of the request
     /// open. It answers at once while the heartbeat keeps the lease; if the heartbeat fell
     /// behind (a blocked runtime thread, a slow or failing store), it renews the lease first.
@@ -104,13 +149,13 @@ impl IdempotencyContext {
     /// too, and answer with a retryable error (the record stays in flight at its recovery
     /// point, and a retry resumes it).
     pub async fn ensure_lease(&self) -> Result<(), StoreError> {
-        self.lease_watch.ensure_held().await
+        self.claim.ensure_held().await
     }
 
-    /// The claim's lease as the layer's heartbeat last saw it (shared with the heartbeat:
-    /// `oncely_sqlx` checks it before every outside call a transactional handler makes).
-    pub fn lease_watch(&self) -> &LeaseWatch {
-        &self.lease_watch
+    /// The claim's state as the layer tracks it (its lease and progress). Transactional
+    /// claimers (`oncely-sqlx`) report their phases' commits to it.
+    pub fn claim(&self) -> &Arc<ClaimState> {
+        &self.claim
     }
 }
 
@@ -122,10 +167,6 @@ impl IdempotencyContext {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HandlerOutcome {
-    /// The handler completed the record itself, inside its own database transaction
-    /// (transactional mode, with [`stored_response`](crate::stored_response) and its
-    /// context's token). The layer returns the response and writes nothing.
-    AlreadyStored,
     /// Nothing executed: validation rejected the request before any effect, or the transaction
     /// rolled back. The layer returns the response **without** storing it and releases the key,
     /// so the client may correct the request and retry with the same key (as Stripe does for

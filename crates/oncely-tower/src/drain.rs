@@ -32,7 +32,8 @@
 //! # }
 //! ```
 
-use crate::{Body, layer::Config};
+use crate::Body;
+use crate::settings::Config;
 use http::Response;
 use http::header::{CONNECTION, HeaderValue};
 use oncely_core::{FencingToken, KeyStore, RecordKey, StoreError};

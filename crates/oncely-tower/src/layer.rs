@@ -5,6 +5,7 @@ use crate::config::{DefaultKeyRule, ExtensionScope, KeyRule, ScopeExtractor};
 use crate::key_source::KeySource;
 use crate::metrics::Metrics;
 use crate::service::Idempotency;
+use crate::settings::Config;
 use http::HeaderName;
 use oncely_core::{
     Clock, DefaultFingerprinter, Fingerprinter, KeyStore, Policy, PolicyError, SystemClock,
@@ -21,28 +22,6 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(5);
 /// configured: credentials belong to the scope, and a rotated credential must not turn a retry
 /// into a mismatch (DESIGN.md, "The key contract").
 pub const CREDENTIAL_HEADERS: &[&str] = &["authorization", "proxy-authorization", "cookie"];
-
-/// Everything a service needs, shared behind one `Arc`.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) store: Arc<dyn KeyStore>,
-    pub(crate) claimer: Arc<dyn Claimer>,
-    pub(crate) policy: Policy,
-    pub(crate) scope: Arc<dyn ScopeExtractor>,
-    pub(crate) fingerprinter: Arc<dyn Fingerprinter>,
-    pub(crate) key_rule: Arc<dyn KeyRule>,
-    pub(crate) key_source: KeySource,
-    pub(crate) store_timeout: Duration,
-    pub(crate) fingerprint_headers: Vec<HeaderName>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) drain: Arc<crate::drain::DrainState>,
-    /// Duplicates of this process's own transactional claims, waiting in the process.
-    pub(crate) local: Arc<crate::local::LocalClaims>,
-    /// Keeps the store timeout's timer from waking a parked worker ([`crate::keeper`]).
-    pub(crate) keeper: Arc<crate::keeper::TimerKeeper>,
-    pub(crate) dialect: Arc<dyn crate::Dialect>,
-}
 
 /// The idempotency middleware as a [`tower::Layer`]: wraps a service in [`Idempotency`].
 ///

@@ -24,7 +24,7 @@
 //!
 //! async fn create_order(ctx: IdempotencyContext, body: String) -> (axum::http::StatusCode, String) {
 //!     // Runs once per (account, key); retries get the stored response.
-//!     (axum::http::StatusCode::CREATED, format!("order for {} from {body}", ctx.id.scope))
+//!     (axum::http::StatusCode::CREATED, format!("order for {} from {body}", ctx.id().scope))
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -86,12 +86,15 @@
 //! # Handlers
 //!
 //! A claimed request carries an [`IdempotencyContext`] (an axum extractor; in plain tower, a
-//! request extension): its `(scope, key)`, fencing token, claim kind and recovery point, and
-//! [`IdempotencyContext::checkpoint`] to record committed phases. A handler steers what happens
-//! to its response with a [`HandlerOutcome`] in the response extensions: `NotExecuted` (returned,
-//! not stored, key released) or `AlreadyStored` (it completed the record itself, in its own
-//! transaction). See [`context`] and [`capture`] for what is stored and how large and streaming
-//! bodies are handled.
+//! request extension): its `(scope, key)`, fencing token and claim kind, one phase API
+//! ([`IdempotencyContext::checkpoint`] with a typed step, [`IdempotencyContext::resume_from`]
+//! after a takeover) and [`IdempotencyContext::ensure_lease`] before every outside call. A
+//! handler steers what happens to its response with a [`HandlerOutcome`] in the response
+//! extensions: `NotExecuted` (returned, not stored, key released) or `Suspended` (kept in
+//! flight at its recovery point for the retry to resume). Transactional handlers use
+//! `oncely_sqlx::Tx`, whose claimer reports to the same [`ClaimState`] (see [`claim`] for the
+//! completion contract). See [`context`] and [`oncely_core::response`] for what is stored and
+//! how large and streaming bodies are handled.
 //!
 //! # Guarantee
 //!
@@ -99,7 +102,7 @@
 //! scope and replay window, a request's side effects run once however often it is retried,
 //! provided the handler's effects happen inside the handler (see `oncely_core`).
 
-pub mod capture;
+pub mod claim;
 pub mod claimer;
 mod config;
 pub mod context;
@@ -109,29 +112,34 @@ mod future;
 mod keeper;
 pub mod key_source;
 mod layer;
-pub mod lease;
 mod local;
 mod metrics;
 #[cfg(feature = "openapi")]
 pub mod openapi;
+pub mod phase;
 mod problem;
 mod service;
+mod settings;
 #[cfg(feature = "standard-webhooks")]
 pub mod standard_webhooks;
+mod store_call;
 
-pub use capture::{DENIED_RESPONSE_HEADERS, capture_response, stored_response};
-pub use claimer::{ClaimProgress, Claimer, StoreClaimer};
+pub use claim::ClaimState;
+pub use claimer::{Claimer, ClaimerKind, StoreClaimer};
 pub use config::{DefaultKeyRule, ExtensionScope, KeyRequirement, KeyRule, ScopeExtractor};
 #[cfg(feature = "axum")]
 pub use context::MissingIdempotencyContext;
-pub use context::{HandlerOutcome, IdempotencyContext};
+pub use context::{HandlerOutcome, IdempotencyContext, StepError};
 pub use dialect::{Dialect, ProblemJson};
 pub use drain::Drain;
 pub use future::ResponseFuture;
 pub use key_source::{InvalidKeySource, KeySource};
 pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};
-pub use lease::LeaseWatch;
 pub use metrics::{Metrics, MetricsSnapshot};
+pub use oncely_core::response::{
+    Body, BoxError, DENIED_RESPONSE_HEADERS, IDEMPOTENT_REPLAYED, capture_response, stored_response,
+};
+pub use phase::{PhaseFailed, ResponseCommitted};
 pub use problem::problem_response;
 pub use service::Idempotency;
 #[cfg(feature = "standard-webhooks")]
@@ -139,18 +147,6 @@ pub use standard_webhooks::{
     StandardWebhooks, StandardWebhooksLayer, TIMESTAMP_TOLERANCE_SECS, VerifiedWebhook,
     WebhookSecretError,
 };
-
-/// The body type the layer hands the inner service and answers with: a boxed body of
-/// [`Bytes`](bytes::Bytes) chunks. axum accepts it both ways (`Router::layer`,
-/// `Router::route_layer`).
-pub type Body = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
-
-/// A type-erased error, as tower and axum use.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The response header on every replay: `Idempotent-Replayed: true` (lower case, as
-/// `http::HeaderName` wants it).
-pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 /// The request header carrying the key: `Idempotency-Key` (IETF
 /// draft-ietf-httpapi-idempotency-key-header), lower case.

@@ -40,14 +40,14 @@ fn routes(effects: Arc<Effects>) -> Router {
                     .per_key
                     .lock()
                     .unwrap()
-                    .entry(ctx.id.key.to_string())
+                    .entry(ctx.id().key.to_string())
                     .or_default() += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let mut res = (
                     StatusCode::CREATED,
                     format!(
                         r#"{{"payment":"pay_{n}","key":"{}","request":{body}}}"#,
-                        ctx.id.key
+                        ctx.id().key
                     ),
                 )
                     .into_response();

@@ -36,7 +36,7 @@ fn routes(calls: Arc<AtomicUsize>, work: Duration, gate: Option<Arc<Notify>>) ->
             let (calls, gate) = (calls.clone(), gate.clone());
             async move {
                 calls.fetch_add(1, Ordering::SeqCst);
-                tracing::info!(token = ctx.token.0, "handler running");
+                tracing::info!(token = ctx.token().0, "handler running");
                 match gate {
                     Some(g) => g.notified().await,
                     None => sleep(work).await,

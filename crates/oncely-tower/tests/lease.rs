@@ -43,10 +43,10 @@ where
             async move {
                 let n = {
                     let mut s = seen.lock().unwrap();
-                    s.push((ctx.kind, ctx.token.0, ctx.recovery_point.clone()));
+                    s.push((ctx.kind(), ctx.token().0, ctx.recovery_point().clone()));
                     s.len()
                 };
-                let token = ctx.token.0;
+                let token = ctx.token().0;
                 behaviour(n, ctx).await;
                 (StatusCode::CREATED, format!("owner {token}"))
             }
@@ -186,7 +186,7 @@ async fn a_crashed_owner_is_taken_over_after_its_lease_and_resumes_at_its_recove
     let routes = || {
         recording_routes(seen.clone(), |n, ctx: IdempotencyContext| async move {
             if n == 1 {
-                ctx.checkpoint("charged").await.unwrap();
+                ctx.checkpoint(&"charged").await.unwrap();
                 std::future::pending::<()>().await; // the crash happens in here
             }
         })
@@ -218,7 +218,7 @@ async fn a_crashed_owner_is_taken_over_after_its_lease_and_resumes_at_its_recove
         *seen.lock().unwrap(),
         vec![
             (ClaimKind::New, 1, None),
-            (ClaimKind::Takeover, 2, Some("charged".to_owned()))
+            (ClaimKind::Takeover, 2, Some(r#""charged""#.to_owned()))
         ]
     );
     assert!(send(&app, req()).await.replayed());
@@ -432,7 +432,11 @@ async fn a_fenced_heartbeat_is_counted_and_stops_and_the_response_still_returns(
     let app = app(
         layer,
         recording_routes(seen.clone(), |_, ctx: IdempotencyContext| async move {
-            ctx.store.release(&ctx.id, ctx.token).await.unwrap();
+            ctx.claim()
+                .store()
+                .release(ctx.id(), ctx.token())
+                .await
+                .unwrap();
             sleep(Duration::from_secs(25)).await; // two heartbeats would fall in here
         }),
     );
@@ -612,7 +616,7 @@ fn calling_routes(
         post(move |ctx: IdempotencyContext| {
             let (calls, seen) = (calls.clone(), seen.clone());
             async move {
-                if ctx.kind == ClaimKind::New {
+                if ctx.kind() == ClaimKind::New {
                     // Synchronous work that blocks the runtime's only thread: the heartbeat
                     // cannot run meanwhile.
                     std::thread::sleep(block);
@@ -634,18 +638,40 @@ fn calling_routes(
     )
 }
 
+/// A clock `offset_ms` ahead of the system's: a store whose clock is not the layer's (a Redis
+/// store on the server's time).
+struct Ahead(i64);
+
+impl oncely_core::Clock for Ahead {
+    fn now_millis(&self) -> oncely_core::UnixMillis {
+        oncely_core::SystemClock.now_millis() + self.0
+    }
+}
+
 #[test]
 fn a_request_that_lost_its_lease_makes_no_outside_call() {
+    lost_lease_makes_no_outside_call(0);
+}
+
+#[test]
+fn a_store_clock_ahead_of_the_layers_does_not_make_a_lost_lease_look_held() {
+    // The store's clock runs an hour ahead: its lease ends, in its own time, an hour after the
+    // layer's clock says. The layer must not read that as an hour of lease left.
+    lost_lease_makes_no_outside_call(3_600_000);
+}
+
+fn lost_lease_makes_no_outside_call(store_ahead_ms: i64) {
     // Real time. The owner runs on a current-thread runtime and blocks it for three leases, so
     // its heartbeat never runs; another process (a second layer on the same store, on a
     // runtime of its own) takes the key over once the lease lapsed and makes the call. When
     // the owner wakes up, its check before the call learns that it lost the claim: one call in
     // all.
+    use oncely_core::Clock as _;
     let lease = Duration::from_millis(300);
     let policy = Policy::default()
         .with_lease(lease)
         .with_heartbeat(Duration::from_millis(100));
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(Ahead(store_ahead_ms))));
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let router = |block| {

@@ -1,4 +1,6 @@
-//! Response capture and replay: what of a response is stored, and how it comes back.
+//! Response capture and replay (feature `http`): what of an HTTP response is stored, and how it
+//! comes back. The layer (`oncely-tower`) and the transactional handlers (`oncely-sqlx`) both
+//! store responses through this one module, so the two cannot differ.
 //!
 //! # What is stored
 //!
@@ -36,15 +38,25 @@
 //! whole body was produced. Routes that stream long-lived responses (server-sent events)
 //! should not be idempotent routes.
 
-use crate::{Body, BoxError, IDEMPOTENT_REPLAYED};
+use crate::StoredResponse;
 use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
-use oncely_core::StoredResponse;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+
+/// The body type of captured and replayed responses: a boxed body of [`Bytes`] chunks (what
+/// `oncely-tower` hands its inner service and answers with; axum accepts it both ways).
+pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+/// A type-erased error, as tower and axum use.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The response header on every replay: `Idempotent-Replayed: true` (lower case, as
+/// `http::HeaderName` wants it).
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 /// Headers never stored for replay (lower case). See the module docs for why.
 pub const DENIED_RESPONSE_HEADERS: &[&str] = &[
@@ -68,17 +80,13 @@ pub const DENIED_RESPONSE_HEADERS: &[&str] = &[
 /// pass the filter described in the [module docs](self) (multi-valued headers kept in order),
 /// and `body` (with `body_retained: true`).
 ///
-/// A transactional handler that completes its record itself (and answers with
-/// [`HandlerOutcome::AlreadyStored`](crate::HandlerOutcome::AlreadyStored)) uses this so its
-/// replay is filtered exactly like the layer's own.
-///
 /// ```
 /// use http::{HeaderMap, StatusCode};
 /// let mut h = HeaderMap::new();
 /// h.append("x-a", "1".parse().unwrap());
 /// h.append("set-cookie", "s=1".parse().unwrap());
 /// h.append("x-a", "2".parse().unwrap());
-/// let s = oncely_tower::stored_response(StatusCode::CREATED, &h, b"{}");
+/// let s = oncely_core::response::stored_response(StatusCode::CREATED, &h, b"{}");
 /// assert_eq!(s.status, 201);
 /// assert_eq!(s.headers, vec![("x-a".to_owned(), b"1".to_vec()), ("x-a".to_owned(), b"2".to_vec())]);
 /// assert!(s.body_retained);
@@ -122,8 +130,9 @@ pub async fn capture_response(
     )
 }
 
-/// The headers of `headers` that are stored, as `(lower-case name, value)` pairs in order.
-pub(crate) fn filter_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+/// The headers of `headers` that are stored, as `(lower-case name, value)` pairs in order
+/// (the denylist of [`DENIED_RESPONSE_HEADERS`] and the headers `Connection` names left out).
+pub fn filter_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
     // Headers the `Connection` header nominates are hop-by-hop too (RFC 9110 section 7.6.1).
     let nominated: Vec<String> = headers
         .get_all(CONNECTION)
@@ -146,7 +155,9 @@ pub(crate) fn filter_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
 
 /// The response a replay of `stored` sends: its status, headers, body and trailers verbatim,
 /// plus `Idempotent-Replayed: true`. The caller must check `body_retained` first.
-pub(crate) fn replay_response(stored: &StoredResponse) -> Response<Body> {
+/// The response that replays `stored`: its status, headers, body and trailers, plus
+/// `Idempotent-Replayed: true`.
+pub fn replay_response(stored: &StoredResponse) -> Response<Body> {
     let body = if stored.trailers.is_empty() {
         Full::new(Bytes::from(stored.body.clone()))
             .map_err(|never| match never {})
