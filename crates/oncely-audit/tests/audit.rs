@@ -750,7 +750,7 @@ async fn a_phantom_execution_after_the_window_is_reported_with_a_count_url() {
     );
 }
 
-/// Issue 18's acceptance: a race present in half of the bursts is flagged by 20 audit runs out
+/// The repeated-bursts rule: a race present in half of the bursts is flagged by 20 audit runs out
 /// of 20. The fixture makes that deterministic, so CI cannot flake: it races on every other new
 /// key (by the order keys are first seen) and, on a racy key, holds the first request after
 /// its look-up until a second one has passed the look-up too. The concurrency check's bursts

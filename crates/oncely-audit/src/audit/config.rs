@@ -101,6 +101,7 @@ impl std::fmt::Display for KeyPlacement {
 /// assert!(cfg.validate().is_ok());
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AuditConfig {
     /// Where the API lives: `http://host:port` with an optional path prefix (`/api`). Only
     /// `http` and `https` are accepted (`https` needs a TLS feature of `reqwest` enabled in the
@@ -421,7 +422,7 @@ impl AuditConfig {
             ("second", &self.second_webhook_secret),
         ] {
             if let Some(s) = secret
-                && crate::audit::probe::signer(s).is_none()
+                && crate::audit::signer::signer(s).is_none()
             {
                 return Err(ConfigError::WebhookSecret(what));
             }
