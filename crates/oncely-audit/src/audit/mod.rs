@@ -51,13 +51,16 @@
 //! - At most [`AuditConfig::max_requests`] requests (default 500; a run needs
 //!   [`AuditConfig::planned_requests`], 246 with the defaults, 291 with a count URL), each
 //!   bounded by [`AuditConfig::timeout`] (default 10 s). Response bodies are read up to 1 MiB.
-//! - The only deliberate wait is the expiry check's: the window plus 10% (at least 1 s), and the
-//!   window is at most [`MAX_WINDOW`] (600 s). The in-flight check waits half the first
+//! - The only long deliberate wait is the expiry check's: the window plus 10% (at least 1 s),
+//!   and the window is at most [`MAX_WINDOW`] (600 s). The in-flight check waits half the first
 //!   request's latency (between 5 ms and 2 s) before its duplicate, halving it for at most two
-//!   more pairs.
+//!   more pairs. The client-bypass check waits a `409`'s `Retry-After` (at most 2 s) only when
+//!   its control found a fresh key still in flight right after its response, once per probe it
+//!   then sends (its allotment of 17 requests allows at most 6 waits, 12 s).
 //! - Worst case (a server that never answers): each burst lasts one timeout and every other
 //!   request runs one at a time, so an audit lasts at most about
-//!   `(planned_requests - trials x concurrency + trials) x timeout`, plus the expiry wait:
+//!   `(planned_requests - trials x concurrency + trials) x timeout`, plus the expiry wait (and
+//!   the client-bypass check's, when it waits):
 //!   about 15 minutes with a count URL and the defaults (93 x 10 s). A server that answers
 //!   takes seconds (the crate's tests audit fixtures in about one second each).
 //!
@@ -65,8 +68,9 @@
 //!
 //! The audit creates resources like any client: a successful run of a correct server creates
 //! about twenty (the baseline, one per burst, the in-flight pairs' winners, the client-bypass
-//! check's, the other endpoint's, the second caller's, the expiry re-execution); a server with
-//! the mistakes the audit looks for creates more. Audit a test deployment.
+//! check's, the other endpoint's, the second caller's, the expiry re-execution), two more when
+//! the server's in-flight answers announce a header the client-bypass check then probes; a
+//! server with the mistakes the audit looks for creates more. Audit a test deployment.
 
 // Layering, bottom up (a module imports only from the ones listed before it):
 // `anti_patterns`, `report` and `signer` (leaves); `config` (what to audit and its bounds);

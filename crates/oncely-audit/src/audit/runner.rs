@@ -62,7 +62,8 @@ fn diagnose(checks: &mut [CheckResult]) -> Option<RootCause> {
 /// Checks run one after another, never overlapping: replay fidelity first (its first request
 /// is the baseline the other checks compare with), then canonical JSON, payload mismatch,
 /// cross-endpoint, cross-scope, refreshed credential, session scope, client bypass,
-/// concurrency (its bursts one after the other), in-flight, malformed keys, missing key,
+/// concurrency (its bursts one after the other), in-flight, the client-bypass check's second
+/// round (the headers the in-flight answers announced, when there are any), malformed keys, missing key,
 /// method idempotency, expiry. The report lists them in the contract's order ([`checks::ALL`]), after its
 /// [root cause](AuditReport::root_cause) and warnings.
 pub async fn run(cfg: &AuditConfig) -> AuditReport {
@@ -113,11 +114,13 @@ pub async fn run(cfg: &AuditConfig) -> AuditReport {
         scope.anti_pattern == Some(anti_patterns::GLOBAL_KEY_SCOPE),
     )
     .await;
-    let bypass = checks::bypass::client_bypass(&p, base).await;
+    let bypass = checks::bypass::ClientBypass::start(&p, base).await;
     let concurrency = checks::concurrency::concurrency(&p, cfg.concurrency, cfg.trials).await;
     let in_flight =
         checks::in_flight::in_flight(&p, base, &concurrency.conflicts, concurrency.all_identical)
             .await;
+    // The client-bypass check's second round: the headers the in-flight answers announced.
+    let bypass = bypass.finish(&p, &concurrency.conflicts).await;
     let malformed = checks::keys::malformed_keys(&p).await;
     let missing = checks::keys::missing_key(&p).await;
     let method = checks::method::method_idempotency(&p).await;

@@ -170,6 +170,14 @@ impl Prober {
         out
     }
 
+    /// The request header the key goes in, `None` when it goes in the body.
+    pub(crate) fn key_header(&self) -> Option<&HeaderName> {
+        match &self.placement {
+            KeyPlacement::Header(name) => Some(name),
+            KeyPlacement::JsonPointer(_) => None,
+        }
+    }
+
     /// Whether cookie jars are on.
     pub(crate) fn cookies_on(&self) -> bool {
         self.jars.is_some()
