@@ -66,6 +66,11 @@ fn expect(report: &AuditReport, expected: &[(&str, Status, Option<&'static str>)
     }
 }
 
+/// How many requests a check's evidence shows (count-URL readings are not request lines).
+fn requests_in(c: &audit::CheckResult) -> usize {
+    c.evidence.iter().filter(|e| e.starts_with("> ")).count()
+}
+
 /// How many staggered pairs the in-flight check sent (each executes once).
 fn in_flight_pairs(report: &AuditReport) -> usize {
     report
@@ -750,7 +755,7 @@ async fn a_phantom_execution_after_the_window_is_reported_with_a_count_url() {
     );
 }
 
-/// Issue 18's acceptance: a race present in half of the bursts is flagged by 20 audit runs out
+/// The repeated-bursts rule: a race present in half of the bursts is flagged by 20 audit runs out
 /// of 20. The fixture makes that deterministic, so CI cannot flake: it races on every other new
 /// key (by the order keys are first seen) and, on a racy key, holds the first request after
 /// its look-up until a second one has passed the look-up too. The concurrency check's bursts
@@ -1026,6 +1031,136 @@ async fn honouring_no_cache_on_a_completed_key_is_reported() {
         "{}",
         c.detail
     );
+    others_pass(&report, &[checks::CLIENT_BYPASS]);
+}
+
+/// A header no fixed list holds, which the server's replays announce (`X-From-Cache: 1`) and
+/// whose presence on a request skips the idempotency layer: the check learns it from the
+/// baseline's replay, sends it back, and names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_trusted_header_the_replays_announce_is_learned_and_reported() {
+    let f = spawn(Mistake::TrustsFromCacheHeader, HOUR).await;
+    let cfg = full_config(&f);
+    let report = audit::run(&cfg).await;
+    expect(
+        &report,
+        &[(
+            checks::CLIENT_BYPASS,
+            Status::Fail,
+            Some(ap::CLIENT_CONTROLLED_BYPASS),
+        )],
+    );
+    let c = report.check(checks::CLIENT_BYPASS).unwrap();
+    assert!(
+        c.detail.starts_with(
+            "request headers the client controls changed the outcome: the same key sent again \
+             without them executed again (id pay_"
+        ),
+        "{}",
+        c.detail
+    );
+    assert!(
+        c.detail.contains(
+            "; the header(s) that do it: x-from-cache: 1 (announced by the server: the replay of \
+             the baseline request carried it). A middleware"
+        ),
+        "{}",
+        c.detail
+    );
+    assert!(
+        c.evidence.contains(
+            &"announced by the server's own answers, so sent back too: x-from-cache: 1 (the \
+              replay of the baseline request carried it)"
+                .to_owned()
+        ),
+        "{:#?}",
+        c.evidence
+    );
+    // The learned header went out on requests, alone at the end of the search.
+    assert!(
+        c.evidence
+            .iter()
+            .any(|e| e.starts_with("> POST /v1/payments") && e.contains(" x-from-cache: 1")),
+        "{:#?}",
+        c.evidence
+    );
+    assert!(c.evidence.contains(&"with x-from-cache: 1:".to_owned()));
+    // Within the check's allotment of 17: 3 screening requests, the control's 2, and 3 halving
+    // probes of 2 (8 headers: 4, 2, then x-from-cache alone).
+    assert_eq!(requests_in(c), 3 + 2 + 3 * 2, "{:#?}", c.evidence);
+    assert!(report.requests_sent <= cfg.planned_requests());
+    others_pass(&report, &[checks::CLIENT_BYPASS]);
+}
+
+/// The control case: a correct middleware whose completion is written just after its response,
+/// so that an immediate retry gets the contract's in-flight `409` (with `Retry-After` and a
+/// code) and a later one the replay. The new-key probe's retry gets that `409`, but so does
+/// the control's, and after the `Retry-After` both keys replay: no bypass, a PASS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_still_completing_after_its_response_is_no_bypass() {
+    let f = spawn(Mistake::CompletesBehind, HOUR).await;
+    let cfg = full_config(&f);
+    let report = audit::run(&cfg).await;
+    others_pass(&report, &[]);
+    let c = report.check(checks::CLIENT_BYPASS).unwrap();
+    // The condition is real: the probe's immediate retry and the control's got 409.
+    let conflicts = c
+        .evidence
+        .iter()
+        .filter(|e| e.starts_with("< 409 Conflict"))
+        .count();
+    assert_eq!(conflicts, 2, "{:#?}", c.evidence);
+    // 3 screening requests, the control's 2, both keys again after the Retry-After.
+    assert_eq!(requests_in(c), 3 + 2 + 2, "{:#?}", c.evidence);
+    assert!(
+        c.evidence.contains(
+            &"the control: the same requests without the headers (a new key, then its retry):"
+                .to_owned()
+        ),
+        "{:#?}",
+        c.evidence
+    );
+    assert!(
+        c.detail.starts_with(
+            "the 7 headers changed nothing: a new key's immediate retry got 409 in flight with \
+             the headers and without them (the control), and both keys got their replay after \
+             the Retry-After (1000 ms)"
+        ),
+        "{}",
+        c.detail
+    );
+    assert!(report.requests_sent <= cfg.planned_requests());
+}
+
+/// A header only the in-flight answers announce (`X-Idempotency-Status: in-flight` on the
+/// `409`s), trusted on a request as "a re-drive": the check's second round, after the
+/// concurrency check, learns it from those `409`s and names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_trusted_header_the_in_flight_answers_announce_is_reported() {
+    let f = spawn(Mistake::TrustsInFlightStatusHeader, HOUR).await;
+    let cfg = full_config(&f);
+    let report = audit::run(&cfg).await;
+    expect(
+        &report,
+        &[(
+            checks::CLIENT_BYPASS,
+            Status::Fail,
+            Some(ap::CLIENT_CONTROLLED_BYPASS),
+        )],
+    );
+    let c = report.check(checks::CLIENT_BYPASS).unwrap();
+    assert!(
+        c.detail.contains(
+            "the header(s) that do it: x-idempotency-status: in-flight (announced by the \
+             server: an in-flight 409 of the concurrency check carried it)."
+        ),
+        "{}",
+        c.detail
+    );
+    // The first round's 3 screening requests; the second round's 4 (a new key and its retry,
+    // a fresh key completed and probed), the control's 2; one header: nothing to halve.
+    assert_eq!(requests_in(c), 3 + 4 + 2, "{:#?}", c.evidence);
+    assert!(report.requests_sent <= cfg.planned_requests());
     others_pass(&report, &[checks::CLIENT_BYPASS]);
 }
 

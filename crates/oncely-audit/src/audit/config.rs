@@ -34,9 +34,13 @@ pub const DEFAULT_TRIALS: usize = 10;
 /// The most bursts the concurrency check may fire: 100.
 pub const MAX_TRIALS: usize = 100;
 
-/// How many client-controlled headers the client-bypass check knows (see
-/// [`checks::CLIENT_BYPASS`](super::checks::CLIENT_BYPASS)).
-pub(crate) const BYPASS_HEADERS: usize = 7;
+/// The client-bypass check's request allotment (see
+/// [`checks::CLIENT_BYPASS`](super::checks::CLIENT_BYPASS)), count-URL reads aside: 17. Three
+/// screening probes (a new key carrying the headers and its retry, the completed baseline key
+/// carrying them); the rest, only when a screening probe changed the behaviour, for the
+/// control (the same requests without the headers) and the search that names the header, and
+/// for the headers the in-flight answers announced.
+pub(crate) const BYPASS_REQUESTS: usize = 17;
 
 /// Requests the method check sends besides count-URL reads: two keyless requests and three
 /// `GET`s of the resource.
@@ -101,6 +105,7 @@ impl std::fmt::Display for KeyPlacement {
 /// assert!(cfg.validate().is_ok());
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AuditConfig {
     /// Where the API lives: `http://host:port` with an optional path prefix (`/api`). Only
     /// `http` and `https` are accepted (`https` needs a TLS feature of `reqwest` enabled in the
@@ -294,14 +299,15 @@ impl AuditConfig {
     /// The most requests this configuration's audit sends: `trials x concurrency + 46`, plus
     /// `2 x trials + 25` count-URL reads when `count_url` is set (with the defaults, 246 and
     /// 291). Many of those are conditional: the in-flight check's two retries with a shorter
-    /// delay (4 requests, 4 reads), the cross-scope check's two same-account probes, and the
-    /// client-bypass check's one-header-at-a-time retests (14), sent only when a combined probe
-    /// changed the behaviour.
+    /// delay (4 requests, 4 reads), the cross-scope check's two same-account probes, and 14 of
+    /// the client-bypass check's 17 (its controls and the search for the header that changes the
+    /// behaviour, sent only when a screening probe changed it, and its probes of the headers the
+    /// server's in-flight answers announced, sent only when there are any).
     pub fn planned_requests(&self) -> usize {
         // concurrency: trials x n; replay: 2; reordered: 1; mismatch: 1; other endpoint: 2
         // (fresh key, reused key); second scope: 1 + 2 (same-account probes: a count read with
         // the second credential, a GET of the Location); refreshed credential: 1; session: 2;
-        // client bypass: 3 + 2 per header; malformed keys: 4; missing key: 1; in-flight: up to
+        // client bypass: its allotment; malformed keys: 4; missing key: 1; in-flight: up to
         // 3 x 2; expiry: 1; method: 2 keyless requests and 3 GETs of the resource.
         let probes = self.trials * self.concurrency
             + 2
@@ -311,7 +317,7 @@ impl AuditConfig {
             + 3
             + 1
             + 2
-            + (3 + 2 * BYPASS_HEADERS)
+            + BYPASS_REQUESTS
             + 4
             + 1
             + 6
@@ -421,7 +427,7 @@ impl AuditConfig {
             ("second", &self.second_webhook_secret),
         ] {
             if let Some(s) = secret
-                && crate::audit::probe::signer(s).is_none()
+                && crate::audit::signer::signer(s).is_none()
             {
                 return Err(ConfigError::WebhookSecret(what));
             }

@@ -49,6 +49,7 @@ impl fmt::Display for Status {
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CheckResult {
     /// The check's stable identifier, one of the constants in [`checks`](super::checks)
     /// (e.g. `"concurrency"`).
@@ -77,6 +78,7 @@ pub struct CheckResult {
 
 /// One fault that explains several failing checks, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RootCause {
     /// The anti-pattern (one of [`anti_patterns`](super::anti_patterns)).
     pub anti_pattern: &'static str,
@@ -89,6 +91,7 @@ pub struct RootCause {
 
 /// The concurrency check's repeated trials: how many bursts, how big, what each did.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Trials {
     /// Bursts fired, one after the other, each with its own fresh key.
     pub trials: usize,
@@ -104,6 +107,7 @@ pub struct Trials {
 
 /// Everything one audit found.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AuditReport {
     /// What was audited: `METHOD URL` (with several base URLs, the first one's, then
     /// `(+N instances)`).

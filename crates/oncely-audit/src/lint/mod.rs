@@ -79,8 +79,10 @@
 //! (`common.yaml#/...`) cannot be checked and does not count as declaring the key (the finding
 //! says so). Cyclic references are detected and reported the same way.
 
+mod error;
 mod parse;
 
+pub use error::LintError;
 use parse::{get, key_text};
 use serde_json::json;
 use serde_norway::Value;
@@ -113,40 +115,9 @@ const METHODS: [&str; 8] = [
 /// How deep `$ref` chains are followed before giving up (a cycle guard).
 const MAX_REF_DEPTH: usize = 16;
 
-/// Why a document could not be linted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum LintError {
-    /// The text is empty or only whitespace.
-    #[error("the OpenAPI document is empty")]
-    Empty,
-    /// The text starts with `{` but is not valid JSON. `line` and `column` are 1-based.
-    #[error("the OpenAPI document is not valid JSON (line {line}, column {column}): {message}")]
-    Json {
-        /// 1-based line of the error.
-        line: usize,
-        /// 1-based column of the error.
-        column: usize,
-        /// The parser's message.
-        message: String,
-    },
-    /// The text is not valid YAML. `line` and `column` are 1-based, 0 when unknown.
-    #[error("the OpenAPI document is not valid YAML (line {line}, column {column}): {message}")]
-    Yaml {
-        /// 1-based line of the error (0 when unknown).
-        line: usize,
-        /// 1-based column of the error (0 when unknown).
-        column: usize,
-        /// The parser's message.
-        message: String,
-    },
-    /// The document parsed but is not an OpenAPI 3.x or Swagger 2.0 document.
-    #[error("not an OpenAPI document: {0}")]
-    NotOpenApi(String),
-}
-
 /// One operation that breaks the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Finding {
     /// The HTTP method, upper case (`POST`).
     pub method: String,
@@ -170,6 +141,7 @@ impl fmt::Display for Finding {
 
 /// The result of [`lint`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LintReport {
     /// Every operation that breaks the rule, in document order.
     pub findings: Vec<Finding>,

@@ -1,6 +1,6 @@
 //! Reading an OpenAPI document from JSON or YAML text into one order-preserving tree.
 
-use super::LintError;
+use super::error::LintError;
 use serde_norway::Value;
 
 /// Parses `text` as JSON when its first non-blank character is `{`, as YAML otherwise.

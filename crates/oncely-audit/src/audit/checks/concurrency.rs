@@ -121,8 +121,8 @@ pub(crate) async fn concurrency(p: &Prober, n: usize, trials: usize) -> Concurre
                     "in {}, identical requests with one key executed more than once ({per_trial}). \
                      Burst {first}: {n} identical requests with one key executed {} times ({} {}{ids_text}{counted}): \
                      {}. The key was looked up, then recorded, and several requests passed the \
-                     look-up; the claim must be one atomic write arbitrated by the store (server \
-                     case S5). The in-flight check tells a racy claim from a missing in-flight \
+                     look-up; the claim must be one atomic write arbitrated by the store. The \
+                     in-flight check tells a racy claim from a missing in-flight \
                      state.",
                     of(racy.len()),
                     b.executions,
@@ -150,7 +150,7 @@ pub(crate) async fn concurrency(p: &Prober, n: usize, trials: usize) -> Concurre
                 format!(
                     "at most one execution per burst, but in {} some duplicates got a server \
                      error ({}). A losing claim (a unique violation) must become 409 in flight \
-                     or a replay, never a 5xx (server case S11).",
+                     or a replay, never a 5xx (which generic clients retry).",
                     of(k),
                     first_summary(&|b| b.server_errors > 0)
                 ),

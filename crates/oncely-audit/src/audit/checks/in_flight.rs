@@ -117,7 +117,7 @@ pub(crate) async fn in_flight(
                             "the duplicate, sent {gap} ms after the first while it was in flight, \
                              executed again ({} then {}): the key is recorded only when a request \
                              completes, so there is no in-flight state and any retry that arrives \
-                             while the first runs (a proxy timeout, server case S6) runs twice.",
+                             while the first runs (after a proxy or client timeout) runs twice.",
                             ident(a),
                             ident(b)
                         ),
@@ -181,7 +181,7 @@ pub(crate) async fn in_flight(
             UNHELPFUL_IN_FLIGHT,
             format!(
                 "{} in-flight 409 response(s) examined; {}. A client cannot tell this conflict from \
-                 a mismatch (which must not be retried) nor know when to retry (server case S1).",
+                 a mismatch (which must not be retried) nor know when to retry (RFC 9110 section 10.2.3).",
                 conflicts.len(),
                 list.join("; ")
             ),

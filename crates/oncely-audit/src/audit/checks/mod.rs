@@ -10,7 +10,7 @@
 //! | [`CROSS_SCOPE`] | the same key and body under the second credential: an independent execution. A replay is a FAIL unless the second credential can read the first caller's resource (count URL listing, `GET` of the `Location`): then it looks like the same account, the check is INCONCLUSIVE and the report warns | [`GLOBAL_KEY_SCOPE`](super::anti_patterns::GLOBAL_KEY_SCOPE) |
 //! | [`REFRESHED_CREDENTIAL`] | the same key and body under another token of the first caller's account: a replay | [`CREDENTIAL_IN_KEY`](super::anti_patterns::CREDENTIAL_IN_KEY) |
 //! | [`SESSION_SCOPE`] | with cookies on: a fresh key used by the first caller, then by the second credential presenting the first one's cookies: not the first caller's response | [`SESSION_SCOPED_RECORDS`](super::anti_patterns::SESSION_SCOPED_RECORDS) |
-//! | [`CLIENT_BYPASS`] | a new key carrying seven replay and cache headers (`Idempotent-Replayed`, `Idempotency-Replayed`, `X-Idempotent-Replayed`, `X-Idempotency-Replayed`, `X-Idempotency-Replay`: `true`; `Cache-Control`, `Pragma`: `no-cache`), then the same key without them; the completed baseline key carrying them: the contract's behaviour (an execution and its replay, the stored response). On a change, one header at a time names the culprit | [`CLIENT_CONTROLLED_BYPASS`](super::anti_patterns::CLIENT_CONTROLLED_BYPASS) |
+//! | [`CLIENT_BYPASS`] | a new key carrying the candidate headers, then the same key without them; the completed baseline key carrying them: the contract's behaviour (an execution and its replay, the stored response). The candidates: seven replay and cache headers (`Idempotent-Replayed`, `Idempotency-Replayed`, `X-Idempotent-Replayed`, `X-Idempotency-Replayed`, `X-Idempotency-Replay`: `true`; `Cache-Control`, `Pragma`: `no-cache`) and up to four the server's own replay announced (a header the baseline's replay adds, or carries with another value, such as `X-From-Cache: 1` or `X-Cache: HIT`), sent back with the server's value; after the in-flight check, a second round with up to four more that only the concurrency check's in-flight `409`s announced (on a new key and a fresh completed key). On a change, the control (the same requests without the headers) must show the contract's behaviour before anything is blamed on them; when both the probe's and the control's retry found the key still in flight, both keys are sent again after the `Retry-After` (at most 2 s). A change the headers make is named by halving them down to one | [`CLIENT_CONTROLLED_BYPASS`](super::anti_patterns::CLIENT_CONTROLLED_BYPASS) |
 //! | [`MALFORMED_KEYS`] | an empty key, a 256-character key, a non-ASCII key (raw UTF-8 bytes), the header twice: `400` each | [`NO_KEY_VALIDATION`](super::anti_patterns::NO_KEY_VALIDATION), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`MISSING_KEY`] | no key on the endpoint: `400` (with a problem body, else a note) | [`KEY_OPTIONAL`](super::anti_patterns::KEY_OPTIONAL), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
 //! | [`IN_FLIGHT`] | a duplicate sent while the first is still running (half the baseline latency later; when it gets the original response or is sent too late, up to two more pairs with half the delay each): `409` with a valid `Retry-After` and a machine-readable code, or, when every pair got the original response, a wait and a replay; every `409` of the concurrency check must carry both too | [`BINARY_KEY_STATE`](super::anti_patterns::BINARY_KEY_STATE), [`UNHELPFUL_IN_FLIGHT`](super::anti_patterns::UNHELPFUL_IN_FLIGHT), [`DUPLICATE_AS_SERVER_ERROR`](super::anti_patterns::DUPLICATE_AS_SERVER_ERROR), [`WRONG_ERROR_STATUS`](super::anti_patterns::WRONG_ERROR_STATUS) |
@@ -47,6 +47,12 @@
 //! - **A missing key on `PUT`/`DELETE`** is a PASS with a note when accepted: those methods are
 //!   idempotent by RFC 9110 section 9.2.2, and Oncely accepts but does not require a key on them.
 //!   Whether the endpoint really is idempotent is [`METHOD_IDEMPOTENCY`]'s question.
+//! - **A control for every header probe.** A change seen with client-controlled headers is
+//!   compared with the same requests without them before it is blamed on them: a middleware
+//!   whose record completes just after its response answers an immediate retry with a correct
+//!   in-flight `409`, headers or not, and replays once the record is complete. Only a change
+//!   the control does not show is a FAIL; a change the control shows too, and no wait
+//!   resolves, leaves the check INCONCLUSIVE.
 //! - **Webhook receivers** are audited like any API: the key goes where the receiver reads it
 //!   ([`AuditConfig::key_placement`](super::AuditConfig::key_placement): a header such as
 //!   `webhook-id`, or a JSON Pointer such as `/id`), and with a webhook secret every request is
@@ -119,9 +125,13 @@ pub const ALL: [&str; 14] = [
 
 /// The first successful request and its key, which the replay, mismatch, canonical-JSON,
 /// scope and expiry checks reuse.
+#[derive(Clone)]
 pub(crate) struct Baseline {
     pub(crate) key: HeaderValue,
     pub(crate) original: Exchange,
+    /// The answer to its retry (replay-fidelity's second request), when there was one: the
+    /// client-bypass check learns from it which headers the server adds to a replay.
+    pub(crate) replay: Option<Exchange>,
     /// Whether a retry of it got a replay (not a new execution): replay-fidelity neither found
     /// the key ignored nor was inconclusive. The checks that look for a replay where there
     /// must be none (another endpoint, another caller) or where there must be one (a refreshed

@@ -52,14 +52,17 @@ async fn replay_inner(p: &Prober) -> (CheckResult, Option<Baseline>) {
     let before = r.count(p).await;
     let replay = r.send(p, &probe).await;
     let after = r.count(p).await;
-    let baseline = Baseline {
+    let mut baseline = Baseline {
         key,
         original,
+        replay: None,
         replays: false,
     };
-    let original = &baseline.original;
     let replay = match replay {
-        Ok(ex) => ex,
+        Ok(ex) => {
+            baseline.replay = Some(ex.clone());
+            ex
+        }
         Err(e) => {
             return (
                 r.inconclusive(format!("the replay got no response: {e}")),
@@ -67,6 +70,7 @@ async fn replay_inner(p: &Prober) -> (CheckResult, Option<Baseline>) {
             );
         }
     };
+    let original = &baseline.original;
     let d = delta(before, after);
 
     if replay.status != original.status || replay.body != original.body {

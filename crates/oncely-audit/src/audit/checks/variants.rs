@@ -388,7 +388,7 @@ pub(crate) async fn cross_scope(
                     format!(
                         "{got}, though it is another account ({how}): keys are looked up without \
                          the caller, so one tenant can read another's results and a colliding \
-                         key silently drops a request (server case S9)."
+                         key silently drops a request."
                     ),
                 ),
                 None => {
@@ -403,8 +403,8 @@ pub(crate) async fn cross_scope(
                         GLOBAL_KEY_SCOPE,
                         format!(
                             "{got}: keys are looked up without the caller, so one tenant can read \
-                             another's results and a colliding key silently drops a request \
-                             (server case S9). (Nothing told whether the second credential is \
+                             another's results and a colliding key silently drops a request. \
+                             (Nothing told whether the second credential is \
                              another account: see the warning.)"
                         ),
                     )
@@ -416,7 +416,7 @@ pub(crate) async fn cross_scope(
             format!(
                 "the second caller's request was refused with {} because the first caller had used \
                  the key: keys are not scoped per caller, and the error reveals another tenant's \
-                 activity (server case S9).",
+                 activity.",
                 ex.status
             ),
         ),
