@@ -199,11 +199,17 @@ where
 {
     let max = config.policy.max_request_bytes;
     let too_large = || {
+        tracing::info!(
+            max_request_bytes = max,
+            "refused a request body over Policy::max_request_bytes (413)"
+        );
         code_response(
             &*config.dialect,
             ErrorCode::RequestTooLarge,
             config.policy.profile,
-            format!("the request body is larger than {max} bytes, the most this route buffers"),
+            format!(
+                "the request body is larger than {max} bytes, the most this route accepts; nothing was executed"
+            ),
             config.policy.retry_after_secs,
         )
     };
