@@ -24,6 +24,34 @@ pub fn resolve_executable() -> Result<()> {
     executable().map(|_| ())
 }
 
+/// Where the children's standard error goes: a file per child in this folder (set once by the
+/// runner), so that their log lines do not interleave with the gates' own; without it they go
+/// to this process's standard error.
+static LOGS: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Sends every child's standard error to a file of its own in `dir` from now on.
+pub fn log_to(dir: std::path::PathBuf) {
+    let _ = LOGS.set(dir);
+}
+
+/// A standard error for the child `name`: a new file `<name>-<n>.log` in the logs folder, or
+/// this process's own.
+pub fn stderr_for(name: &str) -> Stdio {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    let Some(dir) = LOGS.get() else {
+        return Stdio::inherit();
+    };
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let slug: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    match std::fs::File::create(dir.join(format!("{n:03}-{}.log", slug.trim_matches('-')))) {
+        Ok(f) => Stdio::from(f),
+        Err(_) => Stdio::inherit(),
+    }
+}
+
 /// A running child and its base URL.
 pub struct Proc {
     child: Child,
@@ -40,7 +68,7 @@ impl Proc {
             .args(["--addr", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr_for(name))
             .env(
                 "RUST_LOG",
                 std::env::var("ONCELY_CHILD_LOG").unwrap_or_else(|_| "warn".into()),

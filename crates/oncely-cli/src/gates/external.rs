@@ -66,7 +66,7 @@ fn spawn(command: &str, vars: &[(&str, String)]) -> Result<tokio::process::Child
         .arg(command)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(super::child::stderr_for("fleet client"))
         .kill_on_drop(true);
     for (k, v) in vars {
         cmd.env(k, v);

@@ -29,6 +29,19 @@ impl Report {
         }
     }
 
+    /// Says (without `--json`) that gate `n` of `total`, `title`, starts.
+    pub fn starting(&self, n: usize, total: usize, title: &str) {
+        if self.json {
+            return;
+        }
+        let line = format!("[{n}/{total}] {title} ...");
+        if self.progress.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.progress.println(line);
+        }
+    }
+
     /// Records a gate's verdict and, without `--json`, says it at once.
     pub fn push(&mut self, r: GateResult) {
         if !self.json {

@@ -59,10 +59,19 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
             "the gates restart servers, so they need a store that outlives a process: use a file path, postgres://…, redis://… or redis+cluster://…"
         );
     }
+    // The children's logs go to files, named at the end if a gate failed.
+    let logs = tempfile::Builder::new()
+        .prefix("oncely-gates-logs-")
+        .tempdir()
+        .context("make a folder for the child processes' logs")?
+        .keep();
+    child::log_to(logs.clone());
     let env = Env::start(store.clone(), dir, instances, cfg.json).await?;
     let started = Instant::now();
     let mut report = Report::new(store, cfg.json, env.progress.clone());
-    for gate in gates {
+    let total = gates.len();
+    for (n, gate) in gates.into_iter().enumerate() {
+        report.starting(n + 1, total, gate.title());
         let t = Instant::now();
         let mut r = gate.run(&env, &cfg).await.unwrap_or_else(|e| GateResult {
             name: gate.title().into(),
@@ -73,5 +82,14 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
         r.details["seconds"] = json!(t.elapsed().as_secs_f64());
         report.push(r);
     }
-    report.finish(started.elapsed())
+    let passed = report.finish(started.elapsed())?;
+    if passed {
+        let _ = std::fs::remove_dir_all(&logs);
+    } else {
+        eprintln!(
+            "the child processes' logs (API servers, processor, clients): {}",
+            logs.display()
+        );
+    }
+    Ok(passed)
 }
