@@ -7,7 +7,7 @@ use oncely_core::jobs::{
     Completer, CompleterCounters, Redrive, RedriveError, RedrivePolicy, complete_abandoned,
     reap_all,
 };
-use oncely_core::{KeyStore, Record};
+use oncely_core::{Maintenance, Record};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +75,7 @@ impl Redrive for HttpRedrive {
 /// is shutting down. Returns its running totals for `/metrics`, or `None` when it could not
 /// start.
 pub fn spawn_completer(
-    store: Arc<dyn KeyStore>,
+    store: Arc<dyn Maintenance>,
     server_url: String,
     grace: Duration,
     every: Duration,

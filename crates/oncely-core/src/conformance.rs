@@ -1,5 +1,6 @@
 //! The backend conformance suite: the same scenarios, concurrency included, for every
-//! [`KeyStore`].
+//! [`KeyStore`] and its [`Maintenance`] operations (the reaper's and the completer's scenarios
+//! need both; the others only the request path).
 //!
 //! A backend runs it with one line in an integration test:
 //!
@@ -22,7 +23,9 @@ use crate::clock::{Clock, ManualClock};
 use crate::fingerprint::{DefaultFingerprinter, Fingerprint, Fingerprinter, RequestParts};
 use crate::key::{IdempotencyKey, RecordKey, Scope};
 use crate::record::{FencingToken, RecordState, StoredRequest, StoredResponse, UnixMillis};
-use crate::store::{Claim, ClaimKind, ClaimOutcome, ClaimRequest, KeyStore, StoreError};
+use crate::store::{
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, KeyStore, Maintenance, StoreError,
+};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -780,7 +783,7 @@ fn clock_in_2002() -> ManualClock {
 /// orphans; nothing inside retention is removed.
 pub async fn reaper_respects_retention_and_batches<S, F, Fut>(make: &F)
 where
-    S: KeyStore,
+    S: Maintenance,
     F: Fn(ManualClock) -> Fut,
     Fut: Future<Output = Option<S>>,
 {
@@ -834,7 +837,7 @@ where
 /// oldest first; live and complete ones are not.
 pub async fn list_abandoned_finds_lapsed_leases<S, F, Fut>(make: &F)
 where
-    S: KeyStore,
+    S: Maintenance,
     F: Fn(ManualClock) -> Fut,
     Fut: Future<Output = Option<S>>,
 {
@@ -908,7 +911,7 @@ fn only<'a>(
 /// (the same request resumes), a new claim starts it again.
 pub async fn redrive_attempts_are_counted_once_and_kept<S, F, Fut>(make: &F)
 where
-    S: KeyStore,
+    S: Maintenance,
     F: Fn(ManualClock) -> Fut,
     Fut: Future<Output = Option<S>>,
 {
@@ -1033,7 +1036,7 @@ where
 /// record then replays and is no longer marked.
 pub async fn marked_record_is_never_claimed_again<S, F, Fut>(make: &F)
 where
-    S: KeyStore,
+    S: Maintenance,
     F: Fn(ManualClock) -> Fut,
     Fut: Future<Output = Option<S>>,
 {

@@ -1,4 +1,4 @@
-//! The background jobs, generic over any [`KeyStore`] (feature `jobs`).
+//! The background jobs, over any store with [`Maintenance`] (feature `jobs`).
 //!
 //! - The **reaper** deletes records whose retention ended, in bounded batches with a pause
 //!   between them, so that it never holds a store's locks (or its mutex) for long and claims
@@ -33,12 +33,12 @@
 //!
 //! ```
 //! use oncely_core::jobs::Reaper;
-//! use oncely_core::{KeyStore, MemoryStore};
+//! use oncely_core::{Maintenance, MemoryStore};
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let store: Arc<dyn KeyStore> = Arc::new(MemoryStore::new());
+//! let store: Arc<dyn Maintenance> = Arc::new(MemoryStore::new());
 //! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
 //! let reaper = Reaper::new(store, Duration::from_secs(60), 1_000)
 //!     .spawn(async { stopped.await.ok(); });
@@ -50,7 +50,7 @@
 //! ```
 
 use crate::record::{Record, RecordState};
-use crate::store::{KeyStore, ReapReport, RedriveNote, StoreError};
+use crate::store::{Maintenance, ReapReport, RedriveNote, StoreError};
 use async_trait::async_trait;
 use std::future::Future;
 use std::sync::Arc;
@@ -62,11 +62,11 @@ use tokio::task::JoinHandle;
 /// claims to get the connection, the rows or the mutex between two batches.
 pub const DEFAULT_REAP_PAUSE: Duration = Duration::from_millis(10);
 
-/// Reaps everything past retention: calls [`KeyStore::reap`] with `batch` (0 is raised to 1)
+/// Reaps everything past retention: calls [`Maintenance::reap`] with `batch` (0 is raised to 1)
 /// until a call deletes fewer than `batch` records, sleeping `pause` between calls so that
 /// claims are never blocked for longer than one batch. Logs (at `warn`) every batch that
 /// deleted in-flight orphans. Then logs (at `error`) one line for every record marked for a
-/// person that is still kept ([`KeyStore::list_marked`], at most [`MARKED_LOG_LIMIT`]): every
+/// person that is still kept ([`Maintenance::list_marked`], at most [`MARKED_LOG_LIMIT`]): every
 /// pass repeats them, so a record the completer gave up on stays in the logs until a person
 /// deals with it or its retention ends.
 ///
@@ -77,7 +77,7 @@ pub const DEFAULT_REAP_PAUSE: Duration = Duration::from_millis(10);
 /// The first [`StoreError`] of a batch; records deleted by earlier batches stay deleted (each
 /// batch is atomic on its own), and a later call simply continues.
 pub async fn reap_all(
-    store: &dyn KeyStore,
+    store: &dyn Maintenance,
     batch: usize,
     pause: Duration,
 ) -> Result<ReapReport, StoreError> {
@@ -90,7 +90,7 @@ pub async fn reap_all(
 /// One reaper pass; stops early (between batches) when `shutdown` completes. Returns the
 /// totals and whether it was stopped.
 async fn reap_pass<F: Future<Output = ()>>(
-    store: &dyn KeyStore,
+    store: &dyn Maintenance,
     batch: usize,
     pause: Duration,
     shutdown: &mut std::pin::Pin<&mut F>,
@@ -126,7 +126,7 @@ pub const MARKED_LOG_LIMIT: usize = 1_000;
 
 /// Logs (at `error`) one line per record marked for a person, up to [`MARKED_LOG_LIMIT`]; returns
 /// how many it logged. A store error is logged (at `warn`) and counts 0.
-async fn log_marked(store: &dyn KeyStore) -> u64 {
+async fn log_marked(store: &dyn Maintenance) -> u64 {
     let marked = match store.list_marked(MARKED_LOG_LIMIT).await {
         Ok(m) => m,
         Err(e) => {
@@ -195,7 +195,7 @@ impl ReaperCounters {
 /// See the [module docs](self) for how it stops.
 #[derive(Clone)]
 pub struct Reaper {
-    store: Arc<dyn KeyStore>,
+    store: Arc<dyn Maintenance>,
     every: Duration,
     batch: usize,
     pause: Duration,
@@ -215,7 +215,7 @@ impl std::fmt::Debug for Reaper {
 impl Reaper {
     /// A reaper over `store` that runs a pass every `every`, deleting up to `batch` records per
     /// store call, pausing [`DEFAULT_REAP_PAUSE`] (10 milliseconds) between calls.
-    pub fn new(store: Arc<dyn KeyStore>, every: Duration, batch: usize) -> Self {
+    pub fn new(store: Arc<dyn Maintenance>, every: Duration, batch: usize) -> Self {
         Self {
             store,
             every,
@@ -324,7 +324,7 @@ pub trait Redrive: Send + Sync {
 /// next pass marks it for a person ([`RedriveNote::Mark`]) instead of re-driving it again.
 ///
 /// The pauses are not jittered: every attempt is one compare-and-set on the record
-/// ([`KeyStore::note_redrive`]), so several completers never re-drive one record twice, and
+/// ([`Maintenance::note_redrive`]), so several completers never re-drive one record twice, and
 /// there is no herd of clients to spread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -419,7 +419,7 @@ impl CompleterReport {
 /// is left alone. Failures are logged (at `warn`) and counted, never returned: one bad record
 /// does not stop the others. A store error while listing is logged and yields an empty report.
 pub async fn complete_abandoned(
-    store: &dyn KeyStore,
+    store: &dyn Maintenance,
     redrive: &dyn Redrive,
     grace: Duration,
     limit: usize,
@@ -434,7 +434,7 @@ pub async fn complete_abandoned(
 /// One completer pass; stops early (between records) when `shutdown` completes. Returns the
 /// report and whether it was stopped.
 async fn completer_pass<F: Future<Output = ()>>(
-    store: &dyn KeyStore,
+    store: &dyn Maintenance,
     redrive: &dyn Redrive,
     grace: Duration,
     limit: usize,
@@ -468,7 +468,7 @@ async fn is_done<F: Future<Output = ()>>(shutdown: std::pin::Pin<&mut F>) -> boo
 }
 
 async fn complete_one(
-    store: &dyn KeyStore,
+    store: &dyn Maintenance,
     redrive: &dyn Redrive,
     policy: &RedrivePolicy,
     record: Record,
@@ -595,7 +595,7 @@ impl CompleterCounters {
 /// the signal.
 #[derive(Clone)]
 pub struct Completer {
-    store: Arc<dyn KeyStore>,
+    store: Arc<dyn Maintenance>,
     redrive: Arc<dyn Redrive>,
     every: Duration,
     grace: Duration,
@@ -623,7 +623,7 @@ impl Completer {
     /// Choose `grace` longer than a client's whole retry schedule, so that a client still
     /// retrying gets the first chance to resume its own request.
     pub fn new(
-        store: Arc<dyn KeyStore>,
+        store: Arc<dyn Maintenance>,
         redrive: Arc<dyn Redrive>,
         every: Duration,
         grace: Duration,
@@ -701,9 +701,9 @@ mod tests {
     use crate::clock::{Clock, ManualClock};
     use crate::conformance::{LEASE, RETENTION, claim_req, fresh_id, tricky_response};
     use crate::key::RecordKey;
-    use crate::record::{FencingToken, StoredResponse, UnixMillis};
+    use crate::record::StoredResponse;
     use crate::store::memory::MemoryStore;
-    use crate::store::{ClaimOutcome, ClaimRequest};
+    use crate::store::{ClaimOutcome, ClaimRequest, KeyStore};
     use std::sync::atomic::{AtomicU64, Ordering};
 
     /// Counts reap calls and their batch sizes, to prove the batching.
@@ -714,67 +714,15 @@ mod tests {
     use std::sync::Mutex;
 
     #[async_trait]
-    impl KeyStore for CountingStore {
-        async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-            self.inner.claim(req).await
-        }
-        async fn renew(
-            &self,
-            id: &RecordKey,
-            token: FencingToken,
-            lease: Duration,
-        ) -> Result<UnixMillis, StoreError> {
-            self.inner.renew(id, token, lease).await
-        }
-        async fn checkpoint(
-            &self,
-            id: &RecordKey,
-            token: FencingToken,
-            rp: &str,
-            lease: Duration,
-        ) -> Result<(), StoreError> {
-            self.inner.checkpoint(id, token, rp, lease).await
-        }
-        async fn complete(
-            &self,
-            id: &RecordKey,
-            token: FencingToken,
-            response: StoredResponse,
-            retention: Duration,
-        ) -> Result<(), StoreError> {
-            self.inner.complete(id, token, response, retention).await
-        }
-        async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-            self.inner.release(id, token).await
-        }
-        async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-            self.inner.get(id).await
+    impl crate::store::StoreWrapper for CountingStore {
+        type Inner = MemoryStore;
+        fn inner(&self) -> Result<&MemoryStore, StoreError> {
+            Ok(&self.inner)
         }
         async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
             let r = self.inner.reap(batch).await?;
             self.reaps.lock().unwrap().push(r.deleted);
             Ok(r)
-        }
-        async fn list_abandoned(
-            &self,
-            grace: Duration,
-            limit: usize,
-        ) -> Result<Vec<Record>, StoreError> {
-            self.inner.list_abandoned(grace, limit).await
-        }
-        async fn note_redrive(
-            &self,
-            id: &RecordKey,
-            token: FencingToken,
-            attempts_seen: u32,
-            note: RedriveNote,
-        ) -> Result<crate::Redrives, StoreError> {
-            self.inner
-                .note_redrive(id, token, attempts_seen, note)
-                .await
-        }
-        async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-            self.inner.list_marked(limit).await
         }
     }
 
@@ -782,7 +730,7 @@ mod tests {
 
     /// 25 completed records and 2 in-flight orphans past retention, 3 records inside it.
     async fn populate(
-        store: &dyn KeyStore,
+        store: &dyn Maintenance,
         clock: &ManualClock,
     ) -> (Vec<RecordKey>, Vec<RecordKey>) {
         let mut doomed = Vec::new();

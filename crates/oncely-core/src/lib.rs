@@ -2,8 +2,9 @@
 //!
 //! The tiny, stable core of Oncely: the `Idempotency-Key` contract, the request fingerprint,
 //! the three-state key record, the policy, the problem+json error codes, the clock, and the
-//! [`KeyStore`] trait every backend implements (with its `conformance` suite, feature
-//! `conformance`). No web framework and no database here: the tower layer and the backends
+//! store traits every backend implements: [`KeyStore`] (the request path) and [`Maintenance`]
+//! (what the background jobs and operators need), with their `conformance` suite (feature
+//! `conformance`) and [`StoreWrapper`] for a store that changes a few operations of another. No web framework and no database here: the tower layer and the backends
 //! depend on this crate, never the reverse.
 //!
 //! The one problem type, [`Problem`], renders itself as an HTTP response behind two optional
@@ -87,6 +88,6 @@ pub use record::{
 };
 pub use store::memory::MemoryStore;
 pub use store::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, RedriveNote,
-    StoreError, decide,
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, Maintenance, ReapReport,
+    RedriveNote, StoreError, StoreWrapper, decide,
 };

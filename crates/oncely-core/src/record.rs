@@ -397,7 +397,7 @@ pub struct Record {
 
 /// The completer's bookkeeping on one abandoned in-flight record, kept in the store so that it
 /// survives a restart of the process that runs the completer (written by
-/// [`KeyStore::note_redrive`](crate::KeyStore::note_redrive)).
+/// [`Maintenance::note_redrive`](crate::Maintenance::note_redrive)).
 ///
 /// Records written before this existed decode as [`Redrives::default`]: no attempts, no
 /// backoff, not marked.

@@ -7,8 +7,8 @@ use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, Fingerprint,
-    IdempotencyKey, KeyStore, ReapReport, Record, RecordKey, RecordState, RedriveNote, Redrives,
-    Scope, StoreError, StoredRequest, StoredResponse, SystemClock, UnixMillis, decide,
+    IdempotencyKey, KeyStore, Maintenance, ReapReport, Record, RecordKey, RecordState, RedriveNote,
+    Redrives, Scope, StoreError, StoredRequest, StoredResponse, SystemClock, UnixMillis, decide,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
@@ -477,7 +477,10 @@ impl KeyStore for PostgresStore {
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.fetch(id).await
     }
+}
 
+#[async_trait]
+impl Maintenance for PostgresStore {
     async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
         let now = self.clock.now_millis();
         let limit = i64::try_from(batch).unwrap_or(i64::MAX);

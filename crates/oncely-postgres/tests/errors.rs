@@ -5,7 +5,9 @@
 mod common;
 
 use oncely_core::conformance::{LEASE, claim_req};
-use oncely_core::{FencingToken, IdempotencyKey, KeyStore, ManualClock, RecordKey, StoreError};
+use oncely_core::{
+    FencingToken, IdempotencyKey, KeyStore, Maintenance, ManualClock, RecordKey, StoreError,
+};
 use oncely_postgres::PostgresStore;
 
 #[tokio::test]

@@ -5,7 +5,7 @@ mod common;
 
 use oncely_core::conformance::{claim_req, fresh_id, tricky_response};
 use oncely_core::{
-    ClaimOutcome, Clock, FencingToken, KeyStore, RedriveNote, Redrives, SystemClock,
+    ClaimOutcome, Clock, FencingToken, KeyStore, Maintenance, RedriveNote, Redrives, SystemClock,
 };
 use oncely_postgres::PostgresStore;
 use std::time::Duration;

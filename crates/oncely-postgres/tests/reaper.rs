@@ -17,9 +17,8 @@ use oncely_core::jobs::{
     CompleterReport, Reaper, Redrive, RedriveError, RedrivePolicy, complete_abandoned, reap_all,
 };
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, Clock, FencingToken, IdempotencyKey, KeyStore, ManualClock,
-    ReapReport, Record, RecordKey, RedriveNote, Redrives, Scope, StoreError, StoredResponse,
-    SystemClock, UnixMillis,
+    ClaimOutcome, ClaimRequest, Clock, IdempotencyKey, KeyStore, Maintenance, ManualClock,
+    ReapReport, Record, RecordKey, Scope, StoreError, StoredResponse, SystemClock, UnixMillis,
 };
 use oncely_postgres::PostgresStore;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -73,41 +72,10 @@ struct Timed {
 }
 
 #[async_trait]
-impl KeyStore for Timed {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.inner.claim(req).await
-    }
-    async fn renew(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        l: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        self.inner.renew(id, t, l).await
-    }
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        rp: &str,
-        l: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.checkpoint(id, t, rp, l).await
-    }
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        r: StoredResponse,
-        ret: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.complete(id, t, r, ret).await
-    }
-    async fn release(&self, id: &RecordKey, t: FencingToken) -> Result<(), StoreError> {
-        self.inner.release(id, t).await
-    }
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(id).await
+impl oncely_core::StoreWrapper for Timed {
+    type Inner = PostgresStore;
+    fn inner(&self) -> Result<&PostgresStore, StoreError> {
+        Ok(&self.inner)
     }
     async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
         let started = Instant::now();
@@ -117,21 +85,6 @@ impl KeyStore for Timed {
             .unwrap()
             .push((r.deleted, started.elapsed()));
         Ok(r)
-    }
-    async fn list_abandoned(&self, g: Duration, l: usize) -> Result<Vec<Record>, StoreError> {
-        self.inner.list_abandoned(g, l).await
-    }
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        seen: u32,
-        note: RedriveNote,
-    ) -> Result<Redrives, StoreError> {
-        self.inner.note_redrive(id, t, seen, note).await
-    }
-    async fn list_marked(&self, l: usize) -> Result<Vec<Record>, StoreError> {
-        self.inner.list_marked(l).await
     }
 }
 

@@ -62,7 +62,7 @@
 //! record (and with it its token counter) cannot vanish under a live owner.
 //!
 //! See [`RedisStore`] for the guarantees, [`ClockSource`] for the clock rule, and
-//! [`KeyStore::reap`](oncely_core::KeyStore::reap) on [`RedisStore`] for why Redis expiry does
+//! [`Maintenance::reap`](oncely_core::Maintenance::reap) on [`RedisStore`] for why Redis expiry does
 //! the reaping.
 //!
 //! # Redis Cluster

@@ -200,7 +200,7 @@ return {'deleted', r[2] or ''}
 "#
 );
 
-/// The completer's note on an abandoned record ([`oncely_core::KeyStore::note_redrive`]): only
+/// The completer's note on an abandoned record ([`oncely_core::Maintenance::note_redrive`]): only
 /// while it is in flight with the token, its lease lapsed, it is not marked and its attempt
 /// count is the one the completer saw. `ARGV`: now, token, attempts seen, `attempt` or `mark`,
 /// backoff ms. Returns `{'ok', attempts, next_attempt|nil, marked|nil}` or `{'fenced'}`.

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ReapReport, Record,
-    RecordKey, RecordState, RedriveNote, Redrives, StoreError, StoredResponse, UnixMillis,
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, FencingToken, KeyStore, Maintenance, ReapReport,
+    Record, RecordKey, RecordState, RedriveNote, Redrives, StoreError, StoredResponse, UnixMillis,
 };
 use redis::{ErrorKind, RedisResult, Script, ServerErrorKind, Value};
 use std::collections::{BinaryHeap, HashSet};
@@ -175,8 +175,8 @@ impl RedisConfig {
 ///   `(scope, key)` identity (see [`record_key`](crate::record_key)), so a record lives in one
 ///   slot on one primary and every script runs atomically there. With a
 ///   `redis+cluster://` URL the store keeps one connection per node, follows `MOVED`/`ASK`
-///   redirects and re-reads the slot map after a failover. [`KeyStore::reap`] and
-///   [`KeyStore::list_abandoned`] walk every primary.
+///   redirects and re-reads the slot map after a failover. [`Maintenance::reap`] and
+///   [`Maintenance::list_abandoned`] walk every primary.
 /// - **Durability on restart.** At connect the store reads every node's persistence settings
 ///   ([`Persistence`]) and refuses a node that keeps nothing ([`ConnectError::Volatile`])
 ///   unless [`RedisConfig::accept_volatile`] says losing the replay window on restart is
@@ -186,7 +186,7 @@ impl RedisConfig {
 /// - **Time.** See [`ClockSource`] for the clock rule (the server's clock by default; after a
 ///   failover, the promoted replica's clock).
 /// - **Retention.** Every write sets the hash's TTL to its retention end, so Redis deletes
-///   records by itself; [`KeyStore::reap`] only has work to do when an application clock runs
+///   records by itself; [`Maintenance::reap`] only has work to do when an application clock runs
 ///   ahead of the server's (see there). A record's retention end is never before its live
 ///   lease's end.
 /// - **Failing closed.** A lost connection, a refused one or a round trip slower than the
@@ -781,7 +781,10 @@ impl KeyStore for RedisStore {
             .await?;
         decode::record(&fields, Some(id))
     }
+}
 
+#[async_trait]
+impl Maintenance for RedisStore {
     /// Deletes up to `batch` records whose stored retention end is at or before "now", oldest
     /// first.
     ///
@@ -934,7 +937,7 @@ impl KeyStore for RedisStore {
 
     /// Lists up to `limit` in-flight records marked for a person, oldest mark first.
     ///
-    /// Cost: one `SCAN` walk of every primary, as [`KeyStore::list_abandoned`] (Redis has no
+    /// Cost: one `SCAN` walk of every primary, as [`Maintenance::list_abandoned`] (Redis has no
     /// index to read them from), then one `HGETALL` per listed record.
     async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         if limit == 0 {

@@ -9,7 +9,8 @@ mod common;
 use common::{claim_req, fresh_id, redis_url, response};
 use oncely_core::conformance::fp;
 use oncely_core::{
-    ClaimKind, ClaimOutcome, Clock, KeyStore, ManualClock, RecordKey, RecordState, StoredRequest,
+    ClaimKind, ClaimOutcome, Clock, KeyStore, Maintenance, ManualClock, RecordKey, RecordState,
+    StoredRequest,
 };
 use oncely_redis::{ClockSource, RedisConfig, RedisStore};
 use std::sync::Arc;

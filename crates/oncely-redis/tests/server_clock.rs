@@ -5,7 +5,7 @@
 mod common;
 
 use common::{claim_req, fresh_id, redis_url, response};
-use oncely_core::{ClaimOutcome, KeyStore, ReapReport, RecordKey};
+use oncely_core::{ClaimOutcome, KeyStore, Maintenance, ReapReport, RecordKey};
 use oncely_redis::{RedisConfig, RedisStore};
 use std::time::Duration;
 

@@ -1,11 +1,12 @@
 //! # oncely-sqlite
 //!
-//! The SQLite [`KeyStore`](oncely_core::KeyStore) for Oncely: the embedded default. One file,
+//! The SQLite key store for Oncely ([`KeyStore`](oncely_core::KeyStore) and
+//! [`Maintenance`](oncely_core::Maintenance)): the embedded default. One file,
 //! no server, and the claim arbitrated by the table's `PRIMARY KEY (scope, key)`, never by a
 //! read followed by a write.
 //!
 //! ```no_run
-//! use oncely_core::KeyStore;
+//! use oncely_core::Maintenance;
 //! use oncely_sqlite::SqliteStore;
 //!
 //! # async fn demo() -> Result<(), oncely_core::StoreError> {

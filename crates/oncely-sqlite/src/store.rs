@@ -8,7 +8,7 @@ use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, KeyStore,
-    ReapReport, Record, RecordKey, RedriveNote, Redrives, StoreError, StoredRequest,
+    Maintenance, ReapReport, Record, RecordKey, RedriveNote, Redrives, StoreError, StoredRequest,
     StoredResponse, SystemClock, UnixMillis, decide,
 };
 use sqlx::sqlite::{
@@ -542,7 +542,10 @@ impl KeyStore for SqliteStore {
             .map(decode_record)
             .transpose()
     }
+}
 
+#[async_trait]
+impl Maintenance for SqliteStore {
     async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
         use sqlx::Row;
         let now = self.clock.now_millis();

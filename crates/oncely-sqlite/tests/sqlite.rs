@@ -11,8 +11,8 @@ use oncely_core::conformance::{
 use oncely_core::fingerprint::FINGERPRINT_VERSION;
 use oncely_core::{
     ClaimKind, ClaimOutcome, ClaimRequest, DefaultFingerprinter, FencingToken, Fingerprinter,
-    IdempotencyKey, KeyStore, ManualClock, RecordKey, RecordState, RequestParts, Scope, StoreError,
-    SystemClock,
+    IdempotencyKey, KeyStore, Maintenance, ManualClock, RecordKey, RecordState, RequestParts,
+    Scope, StoreError, SystemClock,
 };
 use oncely_sqlite::{SqliteStore, SqliteStoreError, connect_options};
 use sqlx::Row;

@@ -1,4 +1,4 @@
-//! [`Split`]: business writes in an sqlx database, keys in another [`KeyStore`] (Redis, the
+//! [`Split`]: business writes in an sqlx database, keys in another key store (Redis, the
 //! memory store), for teams whose key store is not their business database.
 //!
 //! # What it gives up, and what it keeps
@@ -23,7 +23,7 @@
 use crate::store::SqlStore;
 use async_trait::async_trait;
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ReapReport, Record, RecordKey, StoreError,
+    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, Maintenance, RecordKey, StoreError,
     StoredResponse, UnixMillis,
 };
 use sqlx::{Database, Pool, Transaction};
@@ -34,7 +34,7 @@ use std::time::Duration;
 /// Keys in `keys`, business writes in `pool`: what this gives up and keeps is in the
 /// [crate docs](crate) and on [`SqlStore::atomic`].
 pub struct Split<DB: Database> {
-    keys: Arc<dyn KeyStore>,
+    keys: Arc<dyn Maintenance>,
     pool: Pool<DB>,
 }
 
@@ -54,8 +54,9 @@ impl<DB: Database> fmt::Debug for Split<DB> {
 }
 
 impl<DB: Database> Split<DB> {
-    /// Keys in `keys`, business transactions on `pool`.
-    pub fn new(keys: Arc<dyn KeyStore>, pool: Pool<DB>) -> Self {
+    /// Keys in `keys` (which also serves the reaper and the completer through the `Split`),
+    /// business transactions on `pool`.
+    pub fn new(keys: Arc<dyn Maintenance>, pool: Pool<DB>) -> Self {
         Self { keys, pool }
     }
 
@@ -65,64 +66,11 @@ impl<DB: Database> Split<DB> {
     }
 }
 
-#[async_trait]
-impl<DB: Database> KeyStore for Split<DB> {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.keys.claim(req).await
-    }
-    async fn renew(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        self.keys.renew(id, token, lease).await
-    }
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        recovery_point: &str,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        self.keys.checkpoint(id, token, recovery_point, lease).await
-    }
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        response: StoredResponse,
-        retention: Duration,
-    ) -> Result<(), StoreError> {
-        self.keys.complete(id, token, response, retention).await
-    }
-    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        self.keys.release(id, token).await
-    }
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.keys.get(id).await
-    }
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        self.keys.reap(batch).await
-    }
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.keys.list_abandoned(grace, limit).await
-    }
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        note: oncely_core::RedriveNote,
-    ) -> Result<oncely_core::Redrives, StoreError> {
-        self.keys.note_redrive(id, token, attempts_seen, note).await
-    }
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.keys.list_marked(limit).await
+/// Every key store operation is the key store's.
+impl<DB: Database> oncely_core::StoreWrapper for Split<DB> {
+    type Inner = dyn Maintenance;
+    fn inner(&self) -> Result<&dyn Maintenance, StoreError> {
+        Ok(&*self.keys)
     }
 }
 

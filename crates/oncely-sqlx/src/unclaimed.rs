@@ -10,8 +10,8 @@ use crate::store::SqlStore;
 use crate::tx::{Shared, TxSlot};
 use async_trait::async_trait;
 use oncely_core::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ReapReport, Record,
-    RecordKey, StoreError, StoredResponse, UnixMillis,
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, FencingToken, KeyStore, Record, RecordKey,
+    StoreError, StoredResponse, UnixMillis,
 };
 use sqlx::{Database, Pool, Transaction};
 use std::sync::{Arc, Mutex};
@@ -63,25 +63,6 @@ impl<DB: Database> KeyStore for UnclaimedStore<DB> {
     }
     async fn get(&self, _: &RecordKey) -> Result<Option<Record>, StoreError> {
         Ok(None)
-    }
-    async fn reap(&self, _: usize) -> Result<ReapReport, StoreError> {
-        Ok(ReapReport::default())
-    }
-    async fn list_abandoned(&self, _: Duration, _: usize) -> Result<Vec<Record>, StoreError> {
-        Ok(Vec::new())
-    }
-    /// There is no record to note anything on: always [`StoreError::Fenced`].
-    async fn note_redrive(
-        &self,
-        _: &RecordKey,
-        _: FencingToken,
-        _: u32,
-        _: oncely_core::RedriveNote,
-    ) -> Result<oncely_core::Redrives, StoreError> {
-        Err(StoreError::Fenced)
-    }
-    async fn list_marked(&self, _: usize) -> Result<Vec<Record>, StoreError> {
-        Ok(Vec::new())
     }
 }
 

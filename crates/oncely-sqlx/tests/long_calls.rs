@@ -26,7 +26,9 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::{Router, http};
 use http_body_util::BodyExt;
-use oncely_core::{Clock, KeyStore, Policy, RecordKey, RecordState, Scope, SystemClock};
+use oncely_core::{
+    Clock, KeyStore, Maintenance, Policy, RecordKey, RecordState, Scope, SystemClock,
+};
 use oncely_sqlx::{SqlStore, Tx, TxError};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -283,11 +285,11 @@ async fn postgres() -> Option<oncely_postgres::PostgresStore> {
 }
 
 /// Keys in `keys`, business transactions in a fresh SQLite database.
-async fn split(keys: Arc<dyn KeyStore>) -> oncely_sqlx::Split<sqlx::Sqlite> {
+async fn split(keys: Arc<dyn Maintenance>) -> oncely_sqlx::Split<sqlx::Sqlite> {
     oncely_sqlx::Split::new(keys, sqlite().await.pool().clone())
 }
 
-async fn redis(url_var: &str, extra: &str) -> Option<Arc<dyn KeyStore>> {
+async fn redis(url_var: &str, extra: &str) -> Option<Arc<dyn Maintenance>> {
     let Ok(url) = std::env::var(url_var) else {
         eprintln!("skipping: {url_var} is not set");
         return None;

@@ -31,7 +31,7 @@ const LEASE: Duration = Duration::from_secs(30);
 
 /// One database under test: how to make a store on a [`ManualClock`], and the business table.
 #[async_trait]
-trait Db: SqlStore + Sized {
+trait Db: SqlStore + oncely_core::Maintenance + Sized {
     /// Whether a `COMMIT` behind the back is caught at the commit of the claim's own
     /// transaction (the hot path): SQLite checks its savepoint there; PostgreSQL does not (a
     /// round trip), and the response is then stored by itself and answered.

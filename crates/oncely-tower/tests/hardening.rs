@@ -11,8 +11,8 @@ use common::*;
 use http::StatusCode;
 use oncely_core::{
     ClaimKind, ClaimOutcome, ClaimRequest, FencingToken, IdempotencyKey, InFlightBehavior,
-    KeyStore, MemoryStore, Policy, ReapReport, Record, RecordKey, RecordState, Scope, StoreError,
-    StoredResponse, TokioClock, UnixMillis,
+    KeyStore, MemoryStore, Policy, Record, RecordKey, RecordState, Scope, StoreError, TokioClock,
+    UnixMillis,
 };
 use oncely_tower::{Drain, IdempotencyContext, IdempotencyLayer};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -238,7 +238,11 @@ struct DrainOnClaim {
 }
 
 #[async_trait]
-impl KeyStore for DrainOnClaim {
+impl oncely_core::StoreWrapper for DrainOnClaim {
+    type Inner = MemoryStore;
+    fn inner(&self) -> Result<&MemoryStore, StoreError> {
+        Ok(&self.inner)
+    }
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let out = self.inner.claim(req).await?;
         if let ClaimOutcome::Claimed(c) = &out {
@@ -246,62 +250,6 @@ impl KeyStore for DrainOnClaim {
         }
         self.drain.get().unwrap().start();
         Ok(out)
-    }
-    async fn renew(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        self.inner.renew(id, token, lease).await
-    }
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        rp: &str,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.checkpoint(id, token, rp, lease).await
-    }
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        response: StoredResponse,
-        retention: Duration,
-    ) -> Result<(), StoreError> {
-        self.inner.complete(id, token, response, retention).await
-    }
-    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        self.inner.release(id, token).await
-    }
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(id).await
-    }
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        self.inner.reap(batch).await
-    }
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.inner.list_abandoned(grace, limit).await
-    }
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        note: oncely_core::RedriveNote,
-    ) -> Result<oncely_core::Redrives, StoreError> {
-        self.inner
-            .note_redrive(id, token, attempts_seen, note)
-            .await
-    }
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.inner.list_marked(limit).await
     }
 }
 
@@ -401,9 +349,10 @@ async fn the_handler_and_heartbeat_tasks_keep_the_requests_span() {
 struct FencedRenewHangingGet(MemoryStore);
 
 #[async_trait]
-impl KeyStore for FencedRenewHangingGet {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.0.claim(req).await
+impl oncely_core::StoreWrapper for FencedRenewHangingGet {
+    type Inner = MemoryStore;
+    fn inner(&self) -> Result<&MemoryStore, StoreError> {
+        Ok(&self.0)
     }
     async fn renew(
         &self,
@@ -413,51 +362,8 @@ impl KeyStore for FencedRenewHangingGet {
     ) -> Result<UnixMillis, StoreError> {
         Err(StoreError::Fenced)
     }
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        rp: &str,
-        l: Duration,
-    ) -> Result<(), StoreError> {
-        self.0.checkpoint(id, t, rp, l).await
-    }
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        r: StoredResponse,
-        ret: Duration,
-    ) -> Result<(), StoreError> {
-        self.0.complete(id, t, r, ret).await
-    }
-    async fn release(&self, id: &RecordKey, t: FencingToken) -> Result<(), StoreError> {
-        self.0.release(id, t).await
-    }
     async fn get(&self, _: &RecordKey) -> Result<Option<Record>, StoreError> {
         std::future::pending().await
-    }
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        self.0.reap(batch).await
-    }
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.0.list_abandoned(grace, limit).await
-    }
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        note: oncely_core::RedriveNote,
-    ) -> Result<oncely_core::Redrives, StoreError> {
-        self.0.note_redrive(id, token, attempts_seen, note).await
-    }
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.0.list_marked(limit).await
     }
 }
 

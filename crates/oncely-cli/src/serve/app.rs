@@ -5,7 +5,7 @@ use super::db::Db;
 use super::store::Opened;
 use anyhow::{Context as _, Result};
 use oncely_core::jobs::{CompleterCounters, CompleterReport, ReaperCounters};
-use oncely_core::{KeyStore, Policy};
+use oncely_core::{Maintenance, Policy};
 use oncely_tower::Metrics;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +19,7 @@ pub struct App {
 }
 
 struct Inner {
-    store: Arc<dyn KeyStore>,
+    store: Arc<dyn Maintenance>,
     db: Db,
     http: reqwest::Client,
     processor_url: String,
@@ -89,7 +89,7 @@ impl App {
     }
 
     /// The key store.
-    pub fn store(&self) -> Arc<dyn KeyStore> {
+    pub fn store(&self) -> Arc<dyn Maintenance> {
         self.inner.store.clone()
     }
 

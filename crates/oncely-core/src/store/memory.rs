@@ -1,8 +1,8 @@
 //! The in-memory store: one process, tests and demos. Records vanish with the process.
 
 use super::{
-    ClaimOutcome, ClaimRequest, Decision, KeyStore, ReapReport, RedriveNote, StoreError, decide,
-    next_redrives, redrive_allowed,
+    ClaimOutcome, ClaimRequest, Decision, KeyStore, Maintenance, ReapReport, RedriveNote,
+    StoreError, decide, next_redrives, redrive_allowed,
 };
 use crate::clock::{Clock, SystemClock, duration_millis};
 use crate::key::RecordKey;
@@ -189,7 +189,10 @@ impl KeyStore for MemoryStore {
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
         Ok(self.lock().get(id).cloned())
     }
+}
 
+#[async_trait]
+impl Maintenance for MemoryStore {
     async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
         let now = self.clock.now_millis();
         let mut map = self.lock();

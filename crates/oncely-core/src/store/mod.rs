@@ -1,5 +1,7 @@
-//! The [`KeyStore`] trait: the one place that arbitrates every transition of the key state
-//! machine atomically.
+//! The store traits: [`KeyStore`], the one place that arbitrates every transition of the key
+//! state machine atomically (the request path), and [`Maintenance`], what the background jobs
+//! and operators need beside it. [`StoreWrapper`] gives a store over another store every
+//! operation it does not change.
 //!
 //! # Why leases need fencing tokens
 //!
@@ -27,9 +29,13 @@
 //!   drop it in the same write (the completer re-drives in-flight records only).
 //! - Times come from the store's [`Clock`](crate::Clock) (or, for a store that documents it, the
 //!   server's own clock).
-//! - The shared `conformance` suite (feature `conformance`) must pass.
+//! - A store implements both traits, [`KeyStore`] and [`Maintenance`], and the shared
+//!   `conformance` suite (feature `conformance`), which covers both, must pass.
 
 pub mod memory;
+mod wrapper;
+
+pub use wrapper::StoreWrapper;
 
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
@@ -289,7 +295,7 @@ pub struct ReapReport {
     /// line, since their requests may have left a half-done effect.
     pub orphaned: u64,
     /// Records marked for a person that are still kept (the completer gave up on them), as
-    /// counted by the pass, which logs each one; [`KeyStore::reap`] itself leaves it 0.
+    /// counted by the pass, which logs each one; [`Maintenance::reap`] itself leaves it 0.
     pub marked: u64,
 }
 
@@ -305,7 +311,7 @@ impl ReapReport {
     }
 }
 
-/// What the completer writes on an abandoned record with [`KeyStore::note_redrive`].
+/// What the completer writes on an abandoned record with [`Maintenance::note_redrive`].
 ///
 /// `#[non_exhaustive]`: a backend's match needs a wildcard arm (answer an error, write nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -344,7 +350,11 @@ impl StoreError {
     }
 }
 
-/// A key store. Every method is one atomic operation on the store (see the module docs).
+/// A key store's request path: what the layer and the transactional phases call while a
+/// request runs (claim, renew, checkpoint, complete, release, read). Every method is one atomic
+/// operation on the store (see the module docs). The background jobs and operators need more:
+/// [`Maintenance`], which every store of the workspace implements too. A store that changes a
+/// few operations of another one writes only those, through [`StoreWrapper`].
 ///
 /// All times are epoch milliseconds from the store's clock; all durations are
 /// [`std::time::Duration`].
@@ -414,7 +424,19 @@ pub trait KeyStore: Send + Sync + 'static {
     ///
     /// [`StoreError::Unavailable`] or [`StoreError::Corrupt`].
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError>;
+}
 
+/// What the background jobs and operators need from a key store, beside the request path: the
+/// reaper deletes records past retention ([`Maintenance::reap`]) and logs the ones marked for a
+/// person ([`Maintenance::list_marked`]); the completer lists abandoned requests
+/// ([`Maintenance::list_abandoned`]) and counts or gives up its re-drives
+/// ([`Maintenance::note_redrive`]). Operator operations (listing with filters, a forced release,
+/// resolving and unmarking a marked record) belong here too.
+///
+/// The layer takes an `Arc<dyn KeyStore>`; the jobs take an `Arc<dyn Maintenance>` (or
+/// `&dyn Maintenance`), which upcasts to the former, so one store serves both.
+#[async_trait]
+pub trait Maintenance: KeyStore {
     /// Deletes up to `batch` records whose retention ended (`expires_at <= now`), oldest
     /// first, in one short operation. Call repeatedly until it deletes fewer than `batch`.
     ///
@@ -504,6 +526,10 @@ impl<S: KeyStore + ?Sized> KeyStore for std::sync::Arc<S> {
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
         (**self).get(id).await
     }
+}
+
+#[async_trait]
+impl<S: Maintenance + ?Sized> Maintenance for std::sync::Arc<S> {
     async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
         (**self).reap(batch).await
     }
@@ -528,7 +554,7 @@ impl<S: KeyStore + ?Sized> KeyStore for std::sync::Arc<S> {
     }
 }
 
-/// The [`Redrives`] that [`KeyStore::note_redrive`] writes over `seen` at `now`: the rule every
+/// The [`Redrives`] that [`Maintenance::note_redrive`] writes over `seen` at `now`: the rule every
 /// backend applies (inside its own atomic step).
 pub fn next_redrives(seen: Redrives, note: RedriveNote, now: UnixMillis) -> Redrives {
     match note {
@@ -544,7 +570,7 @@ pub fn next_redrives(seen: Redrives, note: RedriveNote, now: UnixMillis) -> Redr
     }
 }
 
-/// Whether `rec` may take [`KeyStore::note_redrive`] at `now`: in flight with `token`, lease
+/// Whether `rec` may take [`Maintenance::note_redrive`] at `now`: in flight with `token`, lease
 /// lapsed, not marked, `attempts_seen` attempts. The condition every backend checks in the same
 /// atomic step as its write.
 pub fn redrive_allowed(

@@ -2,13 +2,9 @@
 //! HTTP/2 client (to compare replays byte for byte), and the stores to run on.
 #![allow(dead_code, unreachable_pub)]
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use oncely_core::{
-    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, MemoryStore, Policy, ReapReport, Record,
-    RecordKey, Scope, StoreError, StoredResponse, UnixMillis,
-};
+use oncely_core::{KeyStore, MemoryStore, Policy, Scope, StoreError};
 use oncely_grpc::{GrpcDeadline, GrpcIdempotencyLayer, GrpcMethods};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -284,74 +280,12 @@ impl Switch {
     }
 }
 
-#[async_trait]
-impl KeyStore for Switch {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+/// Every operation fails while the switch is off.
+impl oncely_core::StoreWrapper for Switch {
+    type Inner = dyn KeyStore;
+    fn inner(&self) -> Result<&dyn KeyStore, StoreError> {
         self.check()?;
-        self.inner.claim(req).await
-    }
-    async fn renew(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        lease: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        self.check()?;
-        self.inner.renew(id, t, lease).await
-    }
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        rp: &str,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.checkpoint(id, t, rp, lease).await
-    }
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        r: StoredResponse,
-        retention: Duration,
-    ) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.complete(id, t, r, retention).await
-    }
-    async fn release(&self, id: &RecordKey, t: FencingToken) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.release(id, t).await
-    }
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.check()?;
-        self.inner.get(id).await
-    }
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        self.check()?;
-        self.inner.reap(batch).await
-    }
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.check()?;
-        self.inner.list_abandoned(grace, limit).await
-    }
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        t: FencingToken,
-        attempts_seen: u32,
-        note: oncely_core::RedriveNote,
-    ) -> Result<oncely_core::Redrives, StoreError> {
-        self.check()?;
-        self.inner.note_redrive(id, t, attempts_seen, note).await
-    }
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.check()?;
-        self.inner.list_marked(limit).await
+        Ok(&*self.inner)
     }
 }
 

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, MemoryStore, ReapReport, Record, RecordKey,
-    Scope, StoreError, StoredResponse, UnixMillis,
+    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, MemoryStore, Record, RecordKey, Scope,
+    StoreError, StoredResponse, UnixMillis,
 };
 
 use std::time::Duration;
@@ -149,15 +149,21 @@ impl FaultStore {
 }
 
 #[async_trait]
-impl KeyStore for FaultStore {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+impl oncely_core::StoreWrapper for FaultStore {
+    type Inner = MemoryStore;
+    /// Every call fails under [`Fault::FailAll`].
+    fn inner(&self) -> Result<&MemoryStore, StoreError> {
         self.check()?;
+        Ok(&self.inner)
+    }
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let inner = self.inner()?;
         match self.fault {
             Fault::HangClaim => std::future::pending::<()>().await,
             Fault::SlowClaim(d) => tokio::time::sleep(d).await,
             _ => {}
         }
-        self.inner.claim(req).await
+        inner.claim(req).await
     }
     async fn renew(
         &self,
@@ -165,7 +171,7 @@ impl KeyStore for FaultStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<UnixMillis, StoreError> {
-        self.check()?;
+        let inner = self.inner()?;
         let n = self
             .renews
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -175,19 +181,7 @@ impl KeyStore for FaultStore {
             Fault::SlowRenew(d) => tokio::time::sleep(d).await,
             _ => {}
         }
-        self.inner.renew(id, token, lease).await
-    }
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        recovery_point: &str,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner
-            .checkpoint(id, token, recovery_point, lease)
-            .await
+        inner.renew(id, token, lease).await
     }
     async fn complete(
         &self,
@@ -196,47 +190,11 @@ impl KeyStore for FaultStore {
         response: StoredResponse,
         retention: Duration,
     ) -> Result<(), StoreError> {
-        self.check()?;
+        let inner = self.inner()?;
         if self.fault == Fault::FailComplete {
             return Err(StoreError::unavailable(Down));
         }
-        self.inner.complete(id, token, response, retention).await
-    }
-    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.release(id, token).await
-    }
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.check()?;
-        self.inner.get(id).await
-    }
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        self.check()?;
-        self.inner.reap(batch).await
-    }
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.check()?;
-        self.inner.list_abandoned(grace, limit).await
-    }
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        note: oncely_core::RedriveNote,
-    ) -> Result<oncely_core::Redrives, StoreError> {
-        self.check()?;
-        self.inner
-            .note_redrive(id, token, attempts_seen, note)
-            .await
-    }
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.check()?;
-        self.inner.list_marked(limit).await
+        inner.complete(id, token, response, retention).await
     }
 }
 
@@ -300,25 +258,6 @@ impl KeyStore for ScriptedStore {
     }
     async fn get(&self, _: &RecordKey) -> Result<Option<Record>, StoreError> {
         Ok(None)
-    }
-    async fn reap(&self, _: usize) -> Result<ReapReport, StoreError> {
-        Ok(ReapReport::default())
-    }
-    async fn list_abandoned(&self, _: Duration, _: usize) -> Result<Vec<Record>, StoreError> {
-        Ok(Vec::new())
-    }
-    async fn note_redrive(
-        &self,
-        _: &RecordKey,
-        _: FencingToken,
-        _: u32,
-        _: oncely_core::RedriveNote,
-    ) -> Result<oncely_core::Redrives, StoreError> {
-        self.writes.lock().unwrap().push("note_redrive");
-        Err(StoreError::Fenced)
-    }
-    async fn list_marked(&self, _: usize) -> Result<Vec<Record>, StoreError> {
-        Ok(Vec::new())
     }
 }
 

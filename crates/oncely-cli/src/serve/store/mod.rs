@@ -13,7 +13,7 @@ pub mod standby;
 
 use crate::serve::db::Db;
 use anyhow::{Context as _, Result, bail};
-use oncely_core::{KeyStore, MemoryStore};
+use oncely_core::{Maintenance, MemoryStore};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,7 +100,7 @@ pub enum Backend {
 /// The opened key store, its phase mechanism and the business database.
 pub struct Opened {
     /// The key store.
-    pub store: Arc<dyn KeyStore>,
+    pub store: Arc<dyn Maintenance>,
     /// The phase mechanism.
     pub backend: Backend,
     /// The business database.
@@ -112,7 +112,7 @@ fn sqlite_url(path: &str) -> String {
 }
 
 /// Keys in `store` (memory, Redis), business data in the embedded SQLite `db`.
-fn split(store: Arc<dyn KeyStore>, db: Db) -> Opened {
+fn split(store: Arc<dyn Maintenance>, db: Db) -> Opened {
     #[allow(clippy::infallible_destructuring_match)]
     let pool = match &db {
         Db::Sqlite(pool) => pool.clone(),
@@ -195,7 +195,7 @@ fn default_business_path(redis_url: &str) -> String {
 
 /// Opens an existing key store alone (for the jobs): no business tables are created, and a
 /// SQLite path that does not exist is an error rather than a new empty store.
-pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn KeyStore>> {
+pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn Maintenance>> {
     Ok(match url {
         StoreUrl::Memory => {
             bail!(

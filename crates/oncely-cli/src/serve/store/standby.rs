@@ -12,17 +12,13 @@
 use super::{Backend, Opened};
 use crate::serve::db::Db;
 use anyhow::Result;
-use async_trait::async_trait;
-use oncely_core::{
-    ClaimOutcome, ClaimRequest, FencingToken, KeyStore, ReapReport, Record, RecordKey, StoreError,
-    StoredResponse, UnixMillis,
-};
+use oncely_core::{Maintenance, StoreError};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// A key store that is not reachable yet, then is (see the [module docs](self)).
 pub struct Standby {
-    inner: OnceLock<Arc<dyn KeyStore>>,
+    inner: OnceLock<Arc<dyn Maintenance>>,
 }
 
 #[derive(Debug)]
@@ -45,13 +41,7 @@ impl Standby {
         })
     }
 
-    fn store(&self) -> Result<&Arc<dyn KeyStore>, StoreError> {
-        self.inner
-            .get()
-            .ok_or_else(|| StoreError::unavailable(NotYet))
-    }
-
-    fn set(&self, store: Arc<dyn KeyStore>) {
+    fn set(&self, store: Arc<dyn Maintenance>) {
         let _ = self.inner.set(store);
     }
 }
@@ -91,7 +81,7 @@ pub(super) async fn open_redis(url: &str, db: Db) -> Result<Opened> {
         move || {
             let url = url.clone();
             async move {
-                let store: Arc<dyn KeyStore> =
+                let store: Arc<dyn Maintenance> =
                     Arc::new(oncely_redis::RedisStore::connect(&url).await?);
                 anyhow::Ok(store)
             }
@@ -148,7 +138,7 @@ pub(super) async fn open_postgres(url: &str) -> Result<Opened> {
             async move {
                 store.migrate().await?;
                 db.migrate().await?;
-                let store: Arc<dyn KeyStore> = Arc::new(store);
+                let store: Arc<dyn Maintenance> = Arc::new(store);
                 anyhow::Ok(store)
             }
         }
@@ -170,67 +160,13 @@ pub(super) async fn open_postgres(url: &str) -> Result<Opened> {
     })
 }
 
-#[async_trait]
-impl KeyStore for Standby {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.store()?.claim(req).await
-    }
-    async fn renew(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        self.store()?.renew(id, token, lease).await
-    }
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        recovery_point: &str,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        self.store()?
-            .checkpoint(id, token, recovery_point, lease)
-            .await
-    }
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        response: StoredResponse,
-        retention: Duration,
-    ) -> Result<(), StoreError> {
-        self.store()?.complete(id, token, response, retention).await
-    }
-    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        self.store()?.release(id, token).await
-    }
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.store()?.get(id).await
-    }
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        self.store()?.reap(batch).await
-    }
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.store()?.list_abandoned(grace, limit).await
-    }
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        note: oncely_core::RedriveNote,
-    ) -> Result<oncely_core::Redrives, StoreError> {
-        self.store()?
-            .note_redrive(id, token, attempts_seen, note)
-            .await
-    }
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.store()?.list_marked(limit).await
+/// Every operation is the real store's, once there is one.
+impl oncely_core::StoreWrapper for Standby {
+    type Inner = dyn Maintenance;
+    fn inner(&self) -> Result<&dyn Maintenance, StoreError> {
+        self.inner
+            .get()
+            .map(|store| &**store)
+            .ok_or_else(|| StoreError::unavailable(NotYet))
     }
 }
