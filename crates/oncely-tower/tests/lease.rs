@@ -666,7 +666,6 @@ fn lost_lease_makes_no_outside_call(store_ahead_ms: i64) {
     // runtime of its own) takes the key over once the lease lapsed and makes the call. When
     // the owner wakes up, its check before the call learns that it lost the claim: one call in
     // all.
-    use oncely_core::Clock as _;
     let lease = Duration::from_millis(300);
     let policy = Policy::default()
         .with_lease(lease)
