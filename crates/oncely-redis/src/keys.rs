@@ -11,8 +11,9 @@
 //! - **The escaping** keeps a `}` in a scope or key from ending the hash tag early, and keeps a
 //!   `{` in the namespace impossible (so the tag is always the identity).
 //! - **The length prefix** makes the split between scope and key unambiguous even though both
-//!   may contain `:`: `("a:b", "c")` and `("a", "b:c")` are different keys (case S9: records
-//!   are unique on `(scope, key)`, and two pairs must never collide).
+//!   may contain `:`: `("a:b", "c")` and `("a", "b:c")` are different keys (records are unique
+//!   on `(scope, key)`, and two pairs must never collide: `docs/DESIGN.md`, "Keys shared across
+//!   tenants").
 
 use oncely_core::{IdempotencyKey, RecordKey, Scope};
 

@@ -47,7 +47,7 @@
 //!
 //! | field | meaning |
 //! |---|---|
-//! | `scope`, `key` | the identity, verbatim: only in records written before issue 12 (the Redis key names it; both forms are read) |
+//! | `scope`, `key` | the identity, verbatim: only in records of the first form, written by older versions (the Redis key names it; both forms are read) |
 //! | `fp_v`, `fp` | fingerprint algorithm version (decimal) and 32-byte digest (raw bytes) |
 //! | `token` | the fencing token (decimal; +1 on every claim, never reset while the hash lives) |
 //! | `state` | `in_flight`, `complete` or `released` |
@@ -90,18 +90,24 @@
 //! writes are fenced.
 
 mod clock;
+mod config;
 mod conn;
 mod decode;
 mod durability;
 mod error;
+mod key_store;
 mod keys;
+mod maintenance;
+mod persistence;
 mod scripts;
 mod store;
+mod url;
 
 pub use clock::ClockSource;
-pub use durability::Persistence;
+pub use config::{DEFAULT_OPERATION_TIMEOUT, DEFAULT_WAIT_TIMEOUT, RedisConfig};
 pub use error::{
     ConnectError, InvalidUrl, OperationTimedOut, ReplicasDidNotAcknowledge, VolatileRedis,
 };
 pub use keys::{DEFAULT_NAMESPACE, record_key};
-pub use store::{DEFAULT_OPERATION_TIMEOUT, DEFAULT_WAIT_TIMEOUT, RedisConfig, RedisStore};
+pub use persistence::Persistence;
+pub use store::RedisStore;

@@ -9,6 +9,47 @@
 //!
 //! The hash fields are listed in the crate documentation ("How it is stored").
 
+use redis::Script;
+use std::sync::LazyLock;
+
+/// A script and its source (for `EVAL` when a pipelined `EVALSHA` meets `NOSCRIPT`).
+pub(crate) struct Lua {
+    pub(crate) script: Script,
+    pub(crate) code: &'static str,
+}
+
+impl Lua {
+    fn new(code: &'static str) -> Self {
+        Self {
+            script: Script::new(code),
+            code,
+        }
+    }
+}
+
+/// Every script of the store, one field per script.
+pub(crate) struct Scripts {
+    pub(crate) claim: Lua,
+    pub(crate) renew: Lua,
+    pub(crate) checkpoint: Lua,
+    pub(crate) complete: Lua,
+    pub(crate) release: Lua,
+    pub(crate) reap_one: Lua,
+    pub(crate) note_redrive: Lua,
+}
+
+/// Compiled once per process; `Script` sends `EVALSHA` and falls back to `EVAL` (loading the
+/// script) when the server does not know it, e.g. after a restart or on a promoted replica.
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    claim: Lua::new(CLAIM),
+    renew: Lua::new(RENEW),
+    checkpoint: Lua::new(CHECKPOINT),
+    complete: Lua::new(COMPLETE),
+    release: Lua::new(RELEASE),
+    reap_one: Lua::new(REAP_ONE),
+    note_redrive: Lua::new(NOTE_REDRIVE),
+});
+
 /// Helpers shared by every script, as a literal so that `concat!` can prepend them.
 macro_rules! prelude {
     () => {
@@ -48,7 +89,7 @@ end
 ///
 /// `ARGV`: now, fingerprint version, digest, lease ms, replay window ms, retention ms, scope,
 /// key, encoded request (`''` for none). The scope and the key are not stored (the Redis key
-/// names them; records written before issue 12 kept them as fields, which a claim drops when
+/// names them; records of the first form kept them as fields, which a claim drops when
 /// it rewrites the hash).
 ///
 /// Returns `{'claimed', token, lease_expires_at, kind, recovery_point|nil}`,
@@ -70,7 +111,7 @@ if state then
   local prev_token = tonumber(cur[2])
   if prev_token == nil then return {'corrupt', 'token'} end
   token = prev_token + 1
-  -- Case S3: every path that finds a record compares fingerprints (version and digest).
+  -- docs/DESIGN.md, "Validation skipped on one path": every path that finds a record compares fingerprints (version and digest).
   local same = (cur[3] == fp_v and cur[4] == fp)
   if state == 'released' then
     kind = 'new'
