@@ -66,8 +66,19 @@ impl Conn {
     /// The primaries to walk: the one server, or one slot per primary of the cluster (read
     /// from `CLUSTER SLOTS` now, so a failover since the last walk is taken into account).
     pub(crate) async fn primaries(&mut self) -> RedisResult<Vec<Primary>> {
+        Ok(self
+            .slots_by_primary()
+            .await?
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect())
+    }
+
+    /// Each primary with the slots it serves (from `CLUSTER SLOTS`, read now); the one server
+    /// with no slots on one endpoint.
+    pub(crate) async fn slots_by_primary(&mut self) -> RedisResult<Vec<(Primary, Vec<u16>)>> {
         let Self::Cluster(c) = self else {
-            return Ok(vec![Primary::Only]);
+            return Ok(vec![(Primary::Only, Vec::new())]);
         };
         let v = c
             .route_command(
@@ -76,47 +87,42 @@ impl Conn {
             )
             .await?;
         // Each entry: [start, end, [host, port, id, ...], replicas...].
-        let ranges: Vec<(i64, i64, (String, i64))> = {
-            let rows: Vec<Vec<Value>> = redis::from_redis_value(v)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let mut it = row.into_iter();
-                let (Some(start), Some(end), Some(primary)) = (it.next(), it.next(), it.next())
-                else {
-                    return Err(invalid("CLUSTER SLOTS: short entry"));
-                };
-                let start: i64 = redis::from_redis_value(start)?;
-                let end: i64 = redis::from_redis_value(end)?;
-                let node: Vec<Value> = redis::from_redis_value(primary)?;
-                let mut node = node.into_iter();
-                let (Some(host), Some(port)) = (node.next(), node.next()) else {
-                    return Err(invalid("CLUSTER SLOTS: node without address"));
-                };
-                out.push((
-                    start,
-                    end,
-                    (
-                        redis::from_redis_value::<String>(host)?,
-                        redis::from_redis_value::<i64>(port)?,
-                    ),
-                ));
-            }
-            out
-        };
-        let mut seen = std::collections::HashSet::new();
-        let mut primaries = Vec::new();
-        for (start, end, node) in ranges {
-            if !(0..16384).contains(&start) || end < start {
+        let rows: Vec<Vec<Value>> = redis::from_redis_value(v)?;
+        let mut by_node: Vec<((String, i64), Vec<u16>)> = Vec::new();
+        for row in rows {
+            let mut it = row.into_iter();
+            let (Some(start), Some(end), Some(primary)) = (it.next(), it.next(), it.next()) else {
+                return Err(invalid("CLUSTER SLOTS: short entry"));
+            };
+            let start: i64 = redis::from_redis_value(start)?;
+            let end: i64 = redis::from_redis_value(end)?;
+            let node: Vec<Value> = redis::from_redis_value(primary)?;
+            let mut node = node.into_iter();
+            let (Some(host), Some(port)) = (node.next(), node.next()) else {
+                return Err(invalid("CLUSTER SLOTS: node without address"));
+            };
+            let node = (
+                redis::from_redis_value::<String>(host)?,
+                redis::from_redis_value::<i64>(port)?,
+            );
+            let (Ok(start), Ok(end)) = (u16::try_from(start), u16::try_from(end)) else {
+                return Err(invalid("CLUSTER SLOTS: slot out of range"));
+            };
+            if end < start || end >= crate::keys::SLOTS {
                 return Err(invalid("CLUSTER SLOTS: slot out of range"));
             }
-            if seen.insert(node) {
-                primaries.push(Primary::Slot(start as u16));
+            match by_node.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, slots)) => slots.extend(start..=end),
+                None => by_node.push((node, (start..=end).collect())),
             }
         }
-        if primaries.is_empty() {
+        if by_node.is_empty() {
             return Err(invalid("CLUSTER SLOTS: no slot is served"));
         }
-        Ok(primaries)
+        Ok(by_node
+            .into_iter()
+            .map(|(_, slots)| (Primary::Slot(slots[0]), slots))
+            .collect())
     }
 
     /// Runs `cmd` on `primary`.

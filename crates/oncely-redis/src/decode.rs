@@ -37,8 +37,8 @@ pub(crate) fn parse_int(b: &[u8]) -> Option<i64> {
 
 /// Decodes `HGETALL` output; an empty hash (the key does not exist) is `None`.
 ///
-/// `id` is the identity the hash's Redis key names. Records of the first form (older versions) also carry
-/// it as the `scope` and `key` fields, which win when present; newer records leave them out
+/// `id` is the identity the hash's Redis key names. Records of the first form (older versions) also
+/// carry it as the `scope` and `key` fields, which win when present; newer records leave them out
 /// (the Redis key already holds the identity). A record with neither is corrupt.
 pub(crate) fn record(f: &Fields, id: Option<&RecordKey>) -> Result<Option<Record>, StoreError> {
     if f.is_empty() {

@@ -1,9 +1,11 @@
 //! Maintenance on Redis: [`Maintenance`] for [`RedisStore`] (the reaper's and the completer's
-//! reads and writes).
+//! reads and writes), read from the maintenance index (see [`RedisStore`], "The maintenance
+//! index"), never from a walk of every record.
 
 use crate::clock::ClockSource;
 use crate::decode::{self, Fields};
-use crate::keys;
+use crate::index::IndexReader;
+use crate::keys::{self, IndexKind};
 use crate::scripts::SCRIPTS;
 use crate::store::{RedisStore, millis};
 use async_trait::async_trait;
@@ -11,84 +13,16 @@ use oncely_core::{
     FencingToken, Maintenance, ReapReport, Record, RecordKey, RecordState, RedriveNote, Redrives,
     StoreError,
 };
-use std::collections::{BinaryHeap, HashSet};
 use std::time::Duration;
 
-/// How many keys one `SCAN` step asks for (per primary).
-const SCAN_COUNT: usize = 1000;
-
 impl RedisStore {
-    /// Walks every record key of the namespace with `SCAN` on every primary and reads
-    /// `fields` of each (one pipelined `HMGET` per `SCAN` step); keeps the `limit` smallest
-    /// values `keep` returns, each key once, smallest first.
-    ///
-    /// Cost: `SCAN` visits each primary's whole database (Redis has no prefix index), about
-    /// one round trip per 1000 keys per primary plus one pipelined read per step. Memory is
-    /// bounded: one step's keys plus the `limit` kept so far.
-    async fn scan_fields<T: Ord + Clone>(
-        &self,
-        fields: &[&str],
-        limit: usize,
-        mut keep: impl FnMut(&[Option<Vec<u8>>]) -> Option<T>,
-    ) -> Result<Vec<(T, Vec<u8>)>, StoreError> {
-        let pattern = keys::scan_pattern(&self.namespace);
-        // A max-heap of the `limit` smallest so far, and the keys in it (SCAN may return a
-        // key more than once).
-        let mut best: BinaryHeap<(T, Vec<u8>)> = BinaryHeap::new();
-        let mut in_best: HashSet<Vec<u8>> = HashSet::new();
-        let mut conn = self.conn.clone();
-        let primaries = self.run(conn.primaries()).await?;
-        for primary in primaries {
-            let mut cursor: u64 = 0;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT);
-                let (next, found): (u64, Vec<Vec<u8>>) =
-                    self.run(conn.query_on(primary, &scan)).await?;
-                let found: Vec<Vec<u8>> = found
-                    .into_iter()
-                    .filter(|k| !in_best.contains(k))
-                    .collect::<HashSet<_>>()
-                    .into_iter()
-                    .collect();
-                if !found.is_empty() {
-                    let mut pipe = redis::pipe();
-                    for k in &found {
-                        pipe.cmd("HMGET").arg(k).arg(fields);
-                    }
-                    let rows: Vec<Vec<Option<Vec<u8>>>> =
-                        self.run(conn.pipeline_on(primary, &pipe)).await?;
-                    for (k, row) in found.into_iter().zip(rows) {
-                        let Some(t) = keep(&row) else { continue };
-                        if best.len() == limit {
-                            match best.peek() {
-                                Some((worst, _)) if t < *worst => {}
-                                _ => continue,
-                            }
-                            if let Some((_, out)) = best.pop() {
-                                in_best.remove(&out);
-                            }
-                        }
-                        in_best.insert(k.clone());
-                        best.push((t, k));
-                    }
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
-        Ok(best.into_sorted_vec())
-    }
-
     /// Reads whole records by their Redis keys (pipelined on one endpoint, in parallel on a
-    /// cluster, where they live in different slots); keys that no longer exist are left out.
-    async fn fetch(&self, names: Vec<Vec<u8>>) -> Result<Vec<Record>, StoreError> {
+    /// cluster, where they live in different slots): each key with its record, `None` for one
+    /// that no longer exists.
+    async fn fetch(
+        &self,
+        names: Vec<Vec<u8>>,
+    ) -> Result<Vec<(Vec<u8>, Option<Record>)>, StoreError> {
         if names.is_empty() {
             return Ok(Vec::new());
         }
@@ -108,13 +42,53 @@ impl RedisStore {
                 .await?
         };
         let mut out = Vec::with_capacity(rows.len());
-        for (k, fields) in names.iter().zip(&rows) {
+        for (k, fields) in names.into_iter().zip(&rows) {
             // The Redis key names the record (records no longer store scope and key).
-            let id = keys::parse_record_key(&self.namespace, k);
-            if let Some(rec) = decode::record(fields, id.as_ref())? {
-                out.push(rec);
+            let id = keys::parse_record_key(&self.namespace, &k);
+            let rec = decode::record(fields, id.as_ref())?;
+            out.push((k, rec));
+        }
+        Ok(out)
+    }
+
+    /// Reads the index of `kind` up to score `max`, lowest first, and the records it names,
+    /// until `limit` records passed `keep`. An entry whose record is gone, or no longer matches
+    /// it (`keep` says `None`), has its entries written again from the record
+    /// ([`RedisStore::reindex`]) once the read is over; `keep` says `Some(false)` for a record
+    /// that rightly has the entry but is not wanted now (a backoff that has not ended).
+    ///
+    /// Cost: the index reads (one `ZRANGE` per index key, see [`IndexReader::open`]) and one
+    /// `HGETALL` per entry read, which are the records listed plus the ones skipped.
+    async fn read_index(
+        &self,
+        kind: IndexKind,
+        max: Option<i64>,
+        limit: usize,
+        keep: impl Fn(&Record) -> Option<bool>,
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        let mut stale = Vec::new();
+        let mut index = IndexReader::open(self, kind, max, limit).await?;
+        while out.len() < limit {
+            let batch = index.next(limit - out.len()).await?;
+            if batch.is_empty() {
+                break;
+            }
+            for (key, rec) in self
+                .fetch(batch.into_iter().map(|(_, k)| k).collect())
+                .await?
+            {
+                match rec.as_ref().map(&keep) {
+                    Some(Some(true)) => out.extend(rec),
+                    Some(Some(false)) => {}
+                    None | Some(None) => stale.extend(String::from_utf8(key).ok()),
+                }
             }
         }
+        self.reindex(stale).await?;
         Ok(out)
     }
 }
@@ -133,11 +107,11 @@ impl Maintenance for RedisStore {
     ///   `orphaned` count is not available on this backend with the server clock.)
     /// - Under [`ClockSource::Application`] the TTL is set relative to the application's "now",
     ///   so an application clock running ahead of the server's (a test's manual clock, or skew)
-    ///   can see records past retention that Redis still keeps. This walks the namespace with
-    ///   `SCAN` on every primary (cost: each primary's whole database, about one round trip per
-    ///   1000 keys; memory: one step's keys plus `batch`), then deletes the oldest `batch` of
-    ///   them, each with a script that checks the retention end again, so a record claimed
-    ///   again meanwhile is kept.
+    ///   can see records past retention that Redis still keeps. Those are in the retention
+    ///   index (written only under this clock): this reads its entries due by "now", oldest
+    ///   first, and deletes each record with a script that checks the retention end again (a
+    ///   record claimed again meanwhile is kept) and removes its index entries. Cost: the index
+    ///   reads and one script per due entry; no record that is not due is read.
     async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
         let ClockSource::Application(clock) = &self.clock else {
             return Ok(ReapReport::default());
@@ -145,28 +119,30 @@ impl Maintenance for RedisStore {
         if batch == 0 {
             return Ok(ReapReport::default());
         }
+        self.walk_if_due().await?;
         let now = clock.now_millis();
-        let due = self
-            .scan_fields(&["expires"], batch, |row| {
-                row.first()
-                    .and_then(Option::as_deref)
-                    .and_then(decode::parse_int)
-                    .filter(|at| *at <= now)
-            })
-            .await?;
-        let mut report = ReapReport::default();
         let now_arg = now.to_string().into_bytes();
-        for (_, key) in due {
-            let key = String::from_utf8(key)
-                .map_err(|_| StoreError::Corrupt("redis: a record key is not UTF-8".into()))?;
-            let v = self
-                .eval(&SCRIPTS.reap_one, key, vec![now_arg.clone()], false)
-                .await?;
-            let r = decode::reply(v)?;
-            if decode::reply_bytes(&r, 0) == Some(b"deleted") {
-                report.deleted += 1;
-                if decode::reply_bytes(&r, 1) == Some(b"in_flight") {
-                    report.orphaned += 1;
+        let mut report = ReapReport::default();
+        let mut index = IndexReader::open(self, IndexKind::Retention, Some(now), batch).await?;
+        while report.deleted < batch as u64 {
+            let due = index.next(batch - report.deleted as usize).await?;
+            if due.is_empty() {
+                break;
+            }
+            let replies = futures::future::try_join_all(due.into_iter().map(|(_, key)| {
+                let key = String::from_utf8(key)
+                    .map_err(|_| StoreError::Corrupt("redis: a record key is not UTF-8".into()));
+                let args = vec![now_arg.clone()];
+                async move { self.eval(&SCRIPTS.reap_one, key?, args, false).await }
+            }))
+            .await?;
+            for v in replies {
+                let r = decode::reply(v)?;
+                if decode::reply_bytes(&r, 0) == Some(b"deleted") {
+                    report.deleted += 1;
+                    if decode::reply_bytes(&r, 1) == Some(b"in_flight") {
+                        report.orphaned += 1;
+                    }
                 }
             }
         }
@@ -176,14 +152,11 @@ impl Maintenance for RedisStore {
     /// Lists up to `limit` in-flight records whose lease ended at least `grace` ago, oldest
     /// lease first.
     ///
-    /// Cost: one `SCAN` walk of every primary's whole database (about one round trip per 1000
-    /// keys, each with a pipelined `HMGET` of the matching keys; memory: one step's keys plus
-    /// `limit`), then one `HGETALL` of each chosen record (pipelined on one endpoint, in
-    /// parallel on a cluster). A failover during the walk can make it miss records; the next
-    /// pass finds them. A per-namespace index (a sorted set of leases) would be cheaper but
-    /// would live in a different Cluster slot than the records and could not be updated in the
-    /// same atomic script, so it is deliberately not kept. A record that changes between the
-    /// walk and the read is re-checked and dropped if it no longer qualifies.
+    /// Cost: the lease index's entries up to `now - grace` (one `ZRANGE` on one endpoint, one
+    /// per hash slot on a cluster: see "The maintenance index") and one `HGETALL` per entry
+    /// read (the records listed, and the ones in a backoff that has not ended); nothing else
+    /// is read, however many records Redis holds. A record that changes between the index read
+    /// and the record read is re-checked and dropped if it no longer qualifies.
     async fn list_abandoned(
         &self,
         grace: Duration,
@@ -192,39 +165,21 @@ impl Maintenance for RedisStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        self.walk_if_due().await?;
         let now = self.now().await?;
         let cutoff = now.saturating_sub(millis(grace));
-        let due = |next: Option<&Option<Vec<u8>>>| match next {
-            Some(Some(at)) => decode::parse_int(at).is_some_and(|at| at <= now),
-            _ => true,
-        };
-        let lapsed = self
-            .scan_fields(
-                &["state", "lease", "marked", "next_attempt"],
-                limit,
-                |row| match (
-                    row.first().and_then(Option::as_deref),
-                    row.get(1),
-                    row.get(2),
-                ) {
-                    (Some(b"in_flight"), Some(Some(lease)), Some(None)) if due(row.get(3)) => {
-                        decode::parse_int(lease).filter(|at| *at <= cutoff)
+        let mut out = self
+            .read_index(IndexKind::Lease, Some(cutoff), limit, |rec| {
+                match rec.state {
+                    RecordState::InFlight {
+                        lease_expires_at, ..
+                    } if lease_expires_at <= cutoff && !rec.redrives.is_marked() => {
+                        Some(rec.redrives.next_attempt_at.is_none_or(|at| at <= now))
                     }
                     _ => None,
-                },
-            )
-            .await?;
-        let mut out: Vec<Record> = self
-            .fetch(lapsed.into_iter().map(|(_, k)| k).collect())
-            .await?
-            .into_iter()
-            .filter(|rec| {
-                matches!(rec.state, RecordState::InFlight { lease_expires_at, .. }
-                    if lease_expires_at <= cutoff)
-                    && !rec.redrives.is_marked()
-                    && rec.redrives.next_attempt_at.is_none_or(|at| at <= now)
+                }
             })
-            .collect();
+            .await?;
         out.sort_by_key(|r| match r.state {
             RecordState::InFlight {
                 lease_expires_at, ..
@@ -273,26 +228,18 @@ impl Maintenance for RedisStore {
 
     /// Lists up to `limit` in-flight records marked for a person, oldest mark first.
     ///
-    /// Cost: one `SCAN` walk of every primary, as [`Maintenance::list_abandoned`] (Redis has no
-    /// index to read them from), then one `HGETALL` per listed record.
+    /// Cost: the marked index's entries (one `ZRANGE` on one endpoint, one per hash slot on a
+    /// cluster) and one `HGETALL` per listed record.
     async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let marked = self
-            .scan_fields(&["state", "marked"], limit, |row| {
-                match (row.first().and_then(Option::as_deref), row.get(1)) {
-                    (Some(b"in_flight"), Some(Some(at))) => decode::parse_int(at),
-                    _ => None,
-                }
+        self.walk_if_due().await?;
+        let mut out = self
+            .read_index(IndexKind::Marked, None, limit, |rec| {
+                rec.is_marked().then_some(true)
             })
             .await?;
-        let mut out: Vec<Record> = self
-            .fetch(marked.into_iter().map(|(_, k)| k).collect())
-            .await?
-            .into_iter()
-            .filter(Record::is_marked)
-            .collect();
         out.sort_by(|x, y| {
             (x.redrives.marked_at, &x.scope, &x.key).cmp(&(y.redrives.marked_at, &y.scope, &y.key))
         });

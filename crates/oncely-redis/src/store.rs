@@ -1,6 +1,6 @@
-//! [`RedisStore`]: the [`KeyStore`](oncely_core::KeyStore) on Redis (one endpoint or a Redis Cluster): connecting, and
-//! how every script is run. The operations are in `key_store.rs` (the request path) and
-//! `maintenance.rs` (the reaper's and the completer's).
+//! [`RedisStore`]: the [`KeyStore`](oncely_core::KeyStore) on Redis (one endpoint or a Redis
+//! Cluster): connecting, and how every script is run. The operations are in `key_store.rs` (the
+//! request path) and `maintenance.rs` (the reaper's and the completer's).
 
 use crate::clock::ClockSource;
 use crate::config::RedisConfig;
@@ -8,7 +8,7 @@ use crate::conn::Conn;
 use crate::decode;
 use crate::durability;
 use crate::error::{ConnectError, OperationTimedOut, ReplicasDidNotAcknowledge, VolatileRedis};
-use crate::keys;
+use crate::keys::{self, IndexKind};
 use crate::persistence::Persistence;
 use crate::scripts::Lua;
 use crate::url::{self, Endpoint};
@@ -27,8 +27,8 @@ pub(crate) fn millis(d: Duration) -> i64 {
     duration_millis(d).min(MAX_DURATION_MS)
 }
 
-/// A [`KeyStore`](oncely_core::KeyStore) on Redis: one hash per `(scope, key)`, every write one Lua script; on one
-/// endpoint or on a Redis Cluster.
+/// A [`KeyStore`](oncely_core::KeyStore) on Redis: one hash per `(scope, key)`, every write one
+/// Lua script; on one endpoint or on a Redis Cluster.
 ///
 /// # Guarantees
 ///
@@ -41,13 +41,13 @@ pub(crate) fn millis(d: Duration) -> i64 {
 ///   released or past-window record keeps its token, so tokens never restart while the hash
 ///   lives). `renew`, `checkpoint`, `complete` and `release` each check, in the same script,
 ///   that the record is in flight with the caller's token; otherwise they change nothing and
-///   return [`StoreError::Fenced`](oncely_core::StoreError::Fenced).
-/// - **Redis Cluster.** Each script touches exactly one key, whose hash tag is the whole
-///   `(scope, key)` identity (see [`record_key`](crate::record_key)), so a record lives in one
-///   slot on one primary and every script runs atomically there. With a
-///   `redis+cluster://` URL the store keeps one connection per node, follows `MOVED`/`ASK`
-///   redirects and re-reads the slot map after a failover. [`Maintenance::reap`](oncely_core::Maintenance::reap) and
-///   [`Maintenance::list_abandoned`](oncely_core::Maintenance::list_abandoned) walk every primary.
+///   return [`StoreError::Fenced`].
+/// - **Redis Cluster.** Each script touches one record, whose hash tag is the whole
+///   `(scope, key)` identity (see [`record_key`](crate::record_key)), and that record's entries
+///   in the index keys of its own slot (see "The maintenance index" below), so every script
+///   runs atomically on one primary. With a `redis+cluster://` URL the store keeps one
+///   connection per node, follows `MOVED`/`ASK` redirects and re-reads the slot map after a
+///   failover.
 /// - **Durability on restart.** At connect the store reads every node's persistence settings
 ///   ([`Persistence`]) and refuses a node that keeps nothing ([`ConnectError::Volatile`])
 ///   unless [`RedisConfig::accept_volatile`] says losing the replay window on restart is
@@ -57,11 +57,11 @@ pub(crate) fn millis(d: Duration) -> i64 {
 /// - **Time.** See [`ClockSource`] for the clock rule (the server's clock by default; after a
 ///   failover, the promoted replica's clock).
 /// - **Retention.** Every write sets the hash's TTL to its retention end, so Redis deletes
-///   records by itself; [`Maintenance::reap`](oncely_core::Maintenance::reap) only has work to do when an application clock runs
-///   ahead of the server's (see there). A record's retention end is never before its live
-///   lease's end.
+///   records by itself; [`Maintenance::reap`](oncely_core::Maintenance::reap) only has work to
+///   do when an application clock runs ahead of the server's (see there). A record's retention
+///   end is never before its live lease's end.
 /// - **Failing closed.** A lost connection, a refused one or a round trip slower than the
-///   operation timeout is [`StoreError::Unavailable`](oncely_core::StoreError::Unavailable) (the layer answers `503`); nothing is
+///   operation timeout is [`StoreError::Unavailable`] (the layer answers `503`); nothing is
 ///   retried here. The connection reconnects in the background (retries with jittered backoff
 ///   capped at 500 milliseconds), so the service recovers when Redis does, without a restart.
 ///   The call that first hits a dropped connection fails; later calls use the new connection
@@ -85,7 +85,7 @@ pub(crate) fn millis(d: Duration) -> i64 {
 ///   primary and N = 1 (the test setup) the promoted replica always holds every acknowledged
 ///   write.
 /// - **Answered `503`:** when fewer than N replicas acknowledge within the timeout, the store
-///   returns [`StoreError::Unavailable`](oncely_core::StoreError::Unavailable) wrapping [`ReplicasDidNotAcknowledge`] (the layer
+///   returns [`StoreError::Unavailable`] wrapping [`ReplicasDidNotAcknowledge`] (the layer
 ///   answers `503 idempotency_store_unavailable`). The write is on the primary and may or may
 ///   not survive a failover; a claim answered so was never run, and holds the key until its
 ///   lease lapses. After a failover the new primary has no replica until one (re)joins, so its
@@ -100,6 +100,49 @@ pub(crate) fn millis(d: Duration) -> i64 {
 ///   Records read but not written (a replay, an in-flight answer) are answered after the
 ///   same `WAIT`, so a replay is never served from a write the replicas do not have yet.
 ///
+/// # The maintenance index
+///
+/// The completer and the reaper ([`Maintenance`](oncely_core::Maintenance)) never walk the
+/// records: what they look for is kept in sorted sets ([`IndexKind`]) that the scripts changing
+/// a record write in the same atomic step, from the record's fields as they end up: the
+/// **lease** index holds the in-flight records not marked for a person, scored by lease end
+/// (the abandoned ones are its entries up to `now - grace`); the **marked** index the marked
+/// ones, scored by mark time; and, only under [`ClockSource::Application`], the **retention**
+/// index every record, scored by retention end (under the server clock Redis expiry reaps and
+/// this index is not written). An entry's member is the record's Redis key. A pass reads the
+/// entries it needs (lowest score first) and the records they name, and nothing else: its
+/// cost follows the work to do, not the records held (`tests/index.rs` counts the commands).
+///
+/// **Where the index keys live (Redis Cluster).** Cluster refuses a script whose keys are in
+/// different hash slots, and every record is in its own slot (its hash tag is its identity,
+/// which keeps records spread over the primaries and a record's every operation on one). So a
+/// record's entries go to index keys *in the record's slot*: one key per kind and slot,
+/// `<namespace>:index:<kind>:{<tag>}`, where `<tag>` is a fixed string that hashes to that slot
+/// (the smallest decimal number that does, computed once per process). A single namespace-wide
+/// sorted set would be in one slot and could not be written in the same script as the record
+/// (a second, non-atomic write would drift on every crash between the two); resharding moves
+/// an index key with the records it indexes. The price is that a pass reads one index key per
+/// slot, 16,384 `ZRANGE`s pipelined per primary, most of them on keys that do not exist: a
+/// fixed cost, whatever the number of records. On one endpoint there is one key per kind,
+/// `<namespace>:index:<kind>`, and a pass reads three. An index key's TTL is kept at least
+/// as long as its longest-kept entry's record, so Redis expires index keys with the records.
+/// A pass that meets a resharding (a slot moved between reading the slot map and reading its
+/// index key) fails with [`StoreError::Unavailable`]; the next pass reads the new map.
+///
+/// **Entries that no longer match.** A record that Redis expired (an abandoned request whose
+/// retention ended) leaves its entries behind, and a write by an older version of this crate
+/// changes a record without them. A pass that reads such an entry does not list it, and
+/// rewrites that record's entries from its fields (or removes them) in one script.
+///
+/// **Records without entries: the walk.** Records written before the index existed (or by an
+/// older version during a rolling upgrade) have no entries. A walk of the whole namespace
+/// ([`RedisStore::rebuild_index`]: `SCAN` on every primary, then one script per in-flight
+/// record) writes them. The passes start it by themselves on the first pass ever on a
+/// namespace (so an upgrade's first pass finds every older record) and then at most once per
+/// [`RedisConfig::index_walk_every`] (1 hour by default) across every process sharing the
+/// namespace (the key `<namespace>:index:walk`, set with `NX` and that expiry, says who walks).
+/// It is the only maintenance that reads every record, and never the per-pass path.
+///
 /// Cloning is cheap and shares the connection.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -109,6 +152,7 @@ pub struct RedisStore {
     timeout: Duration,
     wait: Option<(u32, Duration)>,
     persistence: Vec<(String, Persistence)>,
+    pub(crate) walk_every: Option<Duration>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -209,6 +253,7 @@ impl RedisStore {
             timeout,
             wait: (replicas > 0).then_some((replicas, wait_timeout)),
             persistence,
+            walk_every: config.index_walk_every,
         })
     }
 
@@ -254,7 +299,7 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`](oncely_core::StoreError::Unavailable) when Redis does not answer within the operation timeout.
+    /// [`StoreError::Unavailable`] when Redis does not answer within the operation timeout.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let _: Value = self
@@ -292,8 +337,32 @@ impl RedisStore {
         within(self.timeout, fut).await
     }
 
-    /// Runs `lua` on `key`. With `durable` and a configured `WAIT`, the script and `WAIT`
-    /// go in one pipeline on the connection of the key's primary (so `WAIT` covers this
+    /// The keys a script takes for the record at `key`: the record, then its slot's lease,
+    /// marked and retention index keys (see "The maintenance index").
+    pub(crate) fn script_keys(&self, key: String) -> [String; 4] {
+        let slot = self
+            .conn
+            .is_cluster()
+            .then(|| keys::slot_of(key.as_bytes()));
+        let [lease, marked, retention] =
+            IndexKind::ALL.map(|kind| keys::index_key(&self.namespace, kind, slot));
+        [key, lease, marked, retention]
+    }
+
+    /// The key of `kind`'s index that holds the entry of the record at `id` (for operators and
+    /// tests: `ZSCORE <index key> <record key>` is the entry's score, in epoch milliseconds).
+    /// On one endpoint there is one index key per kind; on a Redis Cluster one per kind and
+    /// hash slot, in the record's slot (see "The maintenance index").
+    pub fn index_key_of(&self, id: &RecordKey, kind: IndexKind) -> String {
+        let slot = self
+            .conn
+            .is_cluster()
+            .then(|| keys::slot_of(self.key_of(id).as_bytes()));
+        keys::index_key(&self.namespace, kind, slot)
+    }
+
+    /// Runs `lua` on `key` (and its index keys). With `durable` and a configured `WAIT`, the script
+    /// and `WAIT` go in one pipeline on the connection of the key's primary (so `WAIT` covers this
     /// write), and fewer acknowledgements than required is [`ReplicasDidNotAcknowledge`].
     pub(crate) async fn eval(
         &self,
@@ -302,12 +371,16 @@ impl RedisStore {
         args: Vec<Vec<u8>>,
         durable: bool,
     ) -> Result<Value, StoreError> {
+        let keys = self.script_keys(key);
         let mut conn = self.conn.clone();
         let wait = if durable { self.wait } else { None };
         let Some((replicas, wait_timeout)) = wait else {
             return self
                 .run(async move {
-                    let mut inv = lua.script.key(key);
+                    let mut inv = lua.script.prepare_invoke();
+                    for k in &keys {
+                        inv.key(k);
+                    }
                     for a in args {
                         inv.arg(a);
                     }
@@ -323,7 +396,7 @@ impl RedisStore {
             } else {
                 pipe.cmd("EVAL").arg(lua.code);
             }
-            pipe.arg(1).arg(&key);
+            pipe.arg(keys.len()).arg(&keys[..]);
             for a in &args {
                 pipe.arg(a);
             }
