@@ -11,16 +11,17 @@ use std::time::Duration;
 
 /// A [`KeyStore`] on an sqlx database whose operations can also run on a connection the
 /// caller holds (inside its transaction). Implemented for
-/// [`SqliteStore`](oncely_sqlite::SqliteStore) (feature `sqlite`) and
-/// [`PostgresStore`](oncely_postgres::PostgresStore) (feature `postgres`); the transactional
-/// machinery of this crate is written once over this trait.
+/// [`SqliteStore`](oncely_sqlite::SqliteStore) (feature `sqlite`),
+/// [`PostgresStore`](oncely_postgres::PostgresStore) (feature `postgres`) and
+/// [`MySqlStore`](oncely_mysql::MySqlStore) (feature `mysql`, MySQL 8 and MariaDB 10.6+); the
+/// transactional machinery of this crate is written once over this trait.
 ///
 /// No method commits: the caller's transaction decides. Every owner write is conditional on the
 /// fencing token and returns [`StoreError::Fenced`] when the token is stale or the record is no
 /// longer in flight.
 #[async_trait]
 pub trait SqlStore: KeyStore + Clone {
-    /// The sqlx database (`sqlx::Sqlite`, `sqlx::Postgres`).
+    /// The sqlx database (`sqlx::Sqlite`, `sqlx::Postgres`, `sqlx::MySql`).
     type Database: Database;
 
     /// Whether the store's operations commit with the caller's transaction (`true`, the
@@ -33,7 +34,9 @@ pub trait SqlStore: KeyStore + Clone {
 
     /// Begins the transaction a claim or a phase runs in (SQLite: `BEGIN IMMEDIATE`, which
     /// takes the write lock at once; PostgreSQL: `BEGIN`, `READ COMMITTED` unless the server's
-    /// default says otherwise).
+    /// default says otherwise; MySQL: `BEGIN` at the session's level, `REPEATABLE READ` unless
+    /// configured otherwise, with a 4-second `innodb_lock_wait_timeout` and the savepoint that
+    /// marks the transaction).
     ///
     /// # Errors
     ///
@@ -113,9 +116,10 @@ pub trait SqlStore: KeyStore + Clone {
     ///
     /// Default: [`SqlStore::renew_in`], a conditional renewal that also fails fast when the
     /// claim was lost (SQLite, whose phase holds the one write lock from its `BEGIN IMMEDIATE`
-    /// anyway, and split stores, whose renewal commits at once in the key store). PostgreSQL:
-    /// nothing, so that the phase takes no row lock on the record for its whole duration, which
-    /// would make the layer's heartbeat wait for the phase to end while the lease lapsed.
+    /// anyway, and split stores, whose renewal commits at once in the key store). PostgreSQL
+    /// and MySQL: nothing, so that the phase takes no row lock on the record for its whole
+    /// duration, which would make the layer's heartbeat wait for the phase to end while the
+    /// lease lapsed.
     ///
     /// # Errors
     ///
@@ -181,7 +185,8 @@ pub trait SqlStore: KeyStore + Clone {
     /// statement part of a transaction that began earlier?), a round trip, so it is skipped (`true`) when `hot` (sqlx keeps the
     /// server's transaction status private, and no statement of the hot path can carry the
     /// check) except after a fenced completion, where it tells a handler's own `ROLLBACK` from
-    /// a takeover.
+    /// a takeover. MySQL: the same, with the transaction's savepoint
+    /// (`MySqlStore::transaction_is_open`, a round trip).
     ///
     /// # Errors
     ///
@@ -199,8 +204,8 @@ pub trait SqlStore: KeyStore + Clone {
     /// Whether a phase calls [`SqlStore::still_open`] for this `hot`: when `false`, the phase
     /// skips the call (and its boxed future) and takes the transaction as open. Default:
     /// `true`, so a store that overrides `still_open` is always asked. SQLite: `false` (its
-    /// check rides in the phase's own write); PostgreSQL: `!hot` (its `still_open` answers
-    /// `true` without asking when `hot`).
+    /// check rides in the phase's own write); PostgreSQL and MySQL: `!hot` (their `still_open`
+    /// answers `true` without asking when `hot`).
     fn checks_still_open(&self, hot: bool) -> bool {
         let _ = hot;
         true
@@ -211,7 +216,10 @@ pub trait SqlStore: KeyStore + Clone {
     /// `COMMIT` or `ROLLBACK` through its `Tx`, so what it wrote may have committed (with the
     /// claim, in the first phase). Default: rolls back and says `false` (not checked). SQLite:
     /// the rollback itself fails with "no transaction is active", at no extra hop. PostgreSQL:
-    /// [`SqlStore::still_open`] first, one round trip on this path only.
+    /// [`SqlStore::still_open`] first, one round trip on this path only. MySQL: the errors of
+    /// the last statement, then the savepoint (`MySqlStore::ended_by_its_owner`), up to two
+    /// round trips on this path only, so that a transaction the server rolled back as a
+    /// deadlock's victim is not taken for one the handler ended.
     async fn rollback_abandoned(
         &self,
         tx: Transaction<'static, Self::Database>,
@@ -391,6 +399,56 @@ delegate!(
         // Queued: it goes out with the pool's release ping, no round trip of its own.
         drop(tx);
         matches!(open, Ok(false))
+    }
+);
+
+#[cfg(feature = "mysql")]
+delegate!(
+    oncely_mysql::MySqlStore,
+    sqlx::MySql,
+    checkpoint_in,
+    complete_in,
+    // The store's own: begin and claim, run again when the transaction was a deadlock's
+    // victim (it never answers without the lock).
+    async fn claim_tx(
+        &self,
+        req: &ClaimRequest,
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, sqlx::MySql>>), StoreError> {
+        oncely_mysql::MySqlStore::claim_tx(self, req).await
+    },
+    fn checks_still_open(&self, hot: bool) -> bool {
+        !hot
+    },
+    // No statement, as on PostgreSQL: a renewal at the phase's start would hold the record's
+    // row lock until the phase ends, and the heartbeat's renewals would wait for it.
+    async fn open_phase(
+        &self,
+        _conn: &mut sqlx::MySqlConnection,
+        _id: &RecordKey,
+        _token: FencingToken,
+        _lease: Duration,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    },
+    async fn still_open(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        _id: &RecordKey,
+        hot: bool,
+    ) -> Result<bool, StoreError> {
+        if hot {
+            return Ok(true);
+        }
+        self.transaction_is_open(conn).await
+    },
+    async fn rollback_abandoned(
+        &self,
+        mut tx: Transaction<'static, sqlx::MySql>,
+        _id: &RecordKey,
+    ) -> bool {
+        let ended = self.ended_by_its_owner(&mut tx).await;
+        let _ = tx.rollback().await;
+        ended
     }
 );
 
