@@ -70,20 +70,6 @@ impl MySqlStore {
         self.pool().begin_with(sql::BEGIN).await.map_err(map)
     }
 
-    /// Always `None`: a claim is decided inside its transaction ([`MySqlStore::claim_in`]
-    /// inserts first), because a read before it would cost every first execution a round trip
-    /// (as on PostgreSQL).
-    ///
-    /// # Errors
-    ///
-    /// None today; the signature matches the other SQL stores'.
-    pub async fn answer_before_claim(
-        &self,
-        _req: &ClaimRequest,
-    ) -> Result<Option<ClaimOutcome>, StoreError> {
-        Ok(None)
-    }
-
     /// Begins a transaction ([`MySqlStore::begin_tx`]) and claims `(scope, key)` in it
     /// ([`MySqlStore::claim_in`]). Returns the outcome and, exactly when it is
     /// [`ClaimOutcome::Claimed`], the open transaction that holds the claim: commit it (alone,

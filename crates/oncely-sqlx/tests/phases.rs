@@ -508,7 +508,7 @@ async fn ends_itself<S: Db>(headers: HeaderMap, mut tx: Tx<S>) -> Result<Respons
     }
     if headers.get("x-where").is_some_and(|w| w == "first") {
         // The end of the claim's own transaction, seen at its checkpoint (its commit is the
-        // hot path, which neither database checks: see `SqlStore::still_open`).
+        // hot path, which neither database checks: see `SqlStore::complete_in`).
         let between = tx
             .checkpoint(&Step::Recorded {
                 row: "unrecorded".into(),
@@ -1423,7 +1423,10 @@ async fn a_deadlock_victim_is_retryable_and_its_retry_executes<S: Db>() {
         return;
     };
     let (a, b) = (key(), key());
-    let mut setup = h.app.store.begin().await.unwrap();
+    // The two rows, written in a transaction of the store's own (a claim of a key of its own).
+    let setup = oncely_core::conformance::claim_req(&rid(&key()), "{}");
+    let (_, setup) = h.app.store.claim_tx(&setup).await.unwrap();
+    let mut setup = setup.expect("the setup claim's transaction");
     for row in [&a, &b] {
         S::insert_row(&mut setup, row, "locks").await.unwrap();
     }
