@@ -145,7 +145,7 @@ pub use service::Idempotency;
 #[cfg(feature = "standard-webhooks")]
 pub use standard_webhooks::{
     StandardWebhooks, StandardWebhooksLayer, TIMESTAMP_TOLERANCE_SECS, VerifiedWebhook,
-    WebhookSecretError,
+    WEBHOOK_CHALLENGE, WebhookSecretError,
 };
 
 /// The request header carrying the key: `Idempotency-Key` (IETF
