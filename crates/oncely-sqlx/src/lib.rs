@@ -22,11 +22,12 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = SqliteStore::connect("sqlite://app.db").await?;
 //! store.migrate().await?;
+//! let idempotency = oncely_sqlx::layer(store, oncely_core::Policy::default());
 //! let app: Router = Router::new()
-//!     .route("/v1/orders", post(create_order))
-//!     // `route_layer`: a path that matches no route gets its 404 without a claim or a
-//!     // transaction.
-//!     .route_layer(oncely_sqlx::layer(store, oncely_core::Policy::default()));
+//!     // On the route's methods: another method gets its 405, and a path that matches no
+//!     // route its 404, without a claim or a transaction (`Router::route_layer` would run the
+//!     // 405 through the layer too).
+//!     .route("/v1/orders", post(create_order).route_layer(idempotency));
 //! // Your authentication layer, outside this one, puts the caller's `oncely_core::Scope`
 //! // into the request extensions (see `oncely_tower::ExtensionScope`).
 //! # let _ = app; Ok(()) }
