@@ -69,7 +69,7 @@ pub enum TxError {
     /// Detected before recording on SQLite always (a savepoint, no I/O); on PostgreSQL at
     /// [`Tx::checkpoint`](crate::Tx::checkpoint) and at the commit of a later phase, not at the
     /// commit of the phase that carries the claim (it would cost that hot path a round trip;
-    /// see [`SqlStore::still_open`](crate::SqlStore::still_open)) unless its completion was
+    /// see [`SqlStore::complete_in`](crate::SqlStore::complete_in)) unless its completion was
     /// fenced (a `ROLLBACK` undid the claim). There a `COMMIT` behind the back leaves the
     /// response stored by itself and answered, as its replays will be.
     #[error(

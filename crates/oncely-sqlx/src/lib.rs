@@ -120,7 +120,7 @@ pub mod unclaimed;
 pub use between::Between;
 pub use claimer::TransactionalClaimer;
 pub use error::{DbErrorClass, TxError, classify};
-pub use split::Split;
+pub use split::{CommitCheck, Split};
 pub use store::SqlStore;
 pub use tx::Tx;
 

@@ -407,7 +407,7 @@ async fn ends_itself<S: Db>(headers: HeaderMap, mut tx: Tx<S>) -> Result<Respons
     }
     if headers.get("x-where").is_some_and(|w| w == "first") {
         // The end of the claim's own transaction, seen at its checkpoint (its commit is the
-        // hot path, which neither database checks: see `SqlStore::still_open`).
+        // hot path, which neither database checks: see `SqlStore::complete_in`).
         let between = tx
             .checkpoint(&Step::Recorded {
                 row: "unrecorded".into(),
