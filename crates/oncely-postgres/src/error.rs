@@ -50,9 +50,12 @@ pub(crate) const MAX_TRANSIENT_RETRIES: u32 = 8;
 /// COMMITTED` the store's single-statement operations do not produce them; under `SERIALIZABLE`
 /// or `REPEATABLE READ` (a server's `default_transaction_isolation`, or a Postgres-compatible
 /// distributed database whose default is serializable) concurrent claims of one key do.
-pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
+pub(crate) fn is_transient(e: &StoreError) -> bool {
     match e {
-        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("40001" | "40P01")),
+        StoreError::Unavailable(source) => matches!(
+            source.downcast_ref::<sqlx::Error>(),
+            Some(sqlx::Error::Database(db)) if matches!(db.code().as_deref(), Some("40001" | "40P01"))
+        ),
         _ => false,
     }
 }
@@ -82,7 +85,7 @@ pub(crate) fn map(e: sqlx::Error) -> StoreError {
     }
 }
 
-/// Runs `$op` (an expression yielding `Result<_, sqlx::Error>`, usually ending in `.await`)
+/// Runs `$op` (an expression yielding `Result<_, StoreError>`, usually ending in `.await`)
 /// again after a short backoff while it fails with a transient conflict, at most
 /// [`MAX_TRANSIENT_RETRIES`] times.
 macro_rules! retry_transient {

@@ -10,7 +10,9 @@
 //!   isolation, lock waits and the clock rule.
 //! - Transactional mode: a handler's business writes, its recovery point and (in the last
 //!   phase) its stored response commit in one transaction. That is the `oncely-sqlx` crate,
-//!   built on [`PostgresStore::begin_tx`] and the store's `*_in` operations.
+//!   built on [`PostgresStore::claim_tx`], [`PostgresStore::begin_tx`] and the store's `*_in`
+//!   operations, which are also what its [`KeyStore`](oncely_core::KeyStore) operations run
+//!   on a pooled connection (one implementation of each).
 //! - Migrations ship with the crate ([`PostgresStore::migrate`]): the table
 //!   `oncely_idempotency_keys`, an index on `expires_at` for the reaper and a partial index on
 //!   in-flight leases for the completer. All timestamps are `BIGINT` epoch milliseconds.
@@ -34,6 +36,8 @@
 //! ```
 
 mod error;
+mod maintenance;
+mod row;
 mod sql;
 mod store;
 mod within;

@@ -28,7 +28,8 @@ pub(crate) const SELECT_RECORD: &str = concat!(
 /// A first claim: `$1` scope, `$2` key, `$3` fingerprint version, `$4` digest, `$5` lease
 /// expiry, `$6` request, `$7` now, `$8` expires_at. The primary key arbitrates: exactly one of
 /// any number of concurrent inserts returns a row; the others do nothing (no unique violation
-/// ever surfaces, case S11) and read the winner's record.
+/// ever surfaces: docs/DESIGN.md, "Unique violation surfaced as 500") and read the winner's
+/// record.
 ///
 /// Also the claim inside the caller's transaction (`claim_in`), where an existing record is
 /// then read by [`SELECT_RECORD`], a statement of its own: measured with `pgbench` at 8

@@ -1,17 +1,17 @@
-//! [`PostgresStore`]: the [`KeyStore`] implementation.
+//! [`PostgresStore`]: the type, its pools and settings, and the [`KeyStore`] operations (each
+//! the transactional path's operation of `within.rs`, on a pooled connection).
 
 use crate::error::{PostgresStoreError, map, retry_transient};
 use crate::sql;
+use crate::within::{ClaimPath, read};
 use async_trait::async_trait;
-use oncely_core::clock::duration_millis;
-use oncely_core::store::lease_millis;
 use oncely_core::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, Fingerprint,
-    IdempotencyKey, KeyStore, Maintenance, ReapReport, Record, RecordKey, RecordState, RedriveNote,
-    Redrives, Scope, StoreError, StoredRequest, StoredResponse, SystemClock, UnixMillis, decide,
+    ClaimOutcome, ClaimRequest, Clock, FencingToken, KeyStore, Record, RecordKey, StoreError,
+    StoredResponse, SystemClock, UnixMillis,
 };
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row};
+use sqlx::Postgres;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,10 +24,10 @@ use std::time::Duration;
 ///
 /// 1. Read the record with a plain (MVCC) `SELECT`; this never waits for a lock.
 /// 2. No record: `INSERT ... ON CONFLICT (scope, key) DO NOTHING RETURNING token`. The primary
-///    key lets exactly one concurrent insert win (token 1, [`ClaimKind::New`]); a loser gets no
-///    row, which is the normal "record exists" path (never an error, case S11), and goes back
+///    key lets exactly one concurrent insert win (token 1, [`ClaimKind::New`](oncely_core::ClaimKind::New)); a loser gets no
+///    row, which is the normal "record exists" path (never an error: docs/DESIGN.md, "Unique violation surfaced as 500"), and goes back
 ///    to step 1 to read the winner.
-/// 3. A record: [`decide`] on it. An answer (in flight, replay, mismatch) writes nothing. A
+/// 3. A record: [`decide`](oncely_core::decide) on it. An answer (in flight, replay, mismatch) writes nothing. A
 ///    claim (takeover, after the replay window, over a released record) is one conditional
 ///    `UPDATE` guarded by the token *and* the state, lease, completion time and recovery point
 ///    that were read; 0 rows means another write got there first, and the claim goes back to
@@ -63,7 +63,7 @@ use std::time::Duration;
 /// [`PostgresStore::TX_LOCK_TIMEOUT`] (4 seconds) either way: by the session's setting when the
 /// store knows it (`connect` reads it back from the server, so a pooler that drops startup
 /// options is noticed), else by a `SET LOCAL` sent with their `BEGIN`. Plain claims against a record in a phase do
-/// not wait: they read the last committed version and answer "in flight" (case S6).
+/// not wait: they read the last committed version and answer "in flight" (docs/DESIGN.md, "Slow database behind a proxy").
 ///
 /// # Clocks
 ///
@@ -262,138 +262,22 @@ impl PostgresStore {
             .map_err(|e| PostgresStoreError::Migrate(e).into())
     }
 
-    async fn fetch(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        let row = retry_transient!(
-            sqlx::query(sql::SELECT_RECORD)
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .fetch_optional(&self.pool)
-                .await
-        )
-        .map_err(map)?;
-        row.as_ref().map(record_from_row).transpose()
-    }
-
-    async fn try_claim_round(
-        &self,
-        req: &ClaimRequest,
-        request: Option<&[u8]>,
-    ) -> Result<Option<ClaimOutcome>, StoreError> {
-        let now = self.clock.now_millis();
-        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
-        let expires_at = now.saturating_add(duration_millis(req.retention));
-        let Some(existing) = self.fetch(&req.id).await? else {
-            let inserted = retry_transient!(
-                sqlx::query(sql::INSERT_CLAIM)
-                    .bind(req.id.scope.as_str())
-                    .bind(req.id.key.as_str())
-                    .bind(i32::from(req.fingerprint.version()))
-                    .bind(&req.fingerprint.digest()[..])
-                    .bind(lease_expires_at)
-                    .bind(request)
-                    .bind(now)
-                    .bind(expires_at)
-                    .fetch_optional(&self.pool)
-                    .await
-            )
-            .map_err(map)?;
-            return Ok(inserted.map(|_| {
-                ClaimOutcome::Claimed(Claim::new(
-                    FencingToken(1),
-                    lease_expires_at,
-                    ClaimKind::New,
-                ))
-            }));
-        };
-        let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
-            Decision::Answer(answer) => return Ok(Some(answer)),
-            Decision::Claim {
-                token,
-                kind,
-                recovery_point,
-            } => (token, kind, recovery_point),
-        };
-        let (old_lease, old_completed) = match &existing.state {
-            RecordState::InFlight {
-                lease_expires_at, ..
-            } => (Some(*lease_expires_at), None),
-            RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
-            RecordState::Released => (None, None),
-            _ => {
-                return Err(StoreError::Corrupt(format!(
-                    "unknown state {}",
-                    existing.state_name()
-                )));
-            }
-        };
-        let old_recovery_point = existing.recovery_point();
-        let guarded = |q: &'static str| {
-            sqlx::query(q)
-                .bind(req.id.scope.as_str())
-                .bind(req.id.key.as_str())
-                .bind(existing.token.0)
-                .bind(existing.state_name())
-                .bind(old_lease)
-                .bind(old_completed)
-                .bind(old_recovery_point)
-                .bind(token.0)
-        };
-        let updated = if kind == ClaimKind::Takeover {
-            retry_transient!(
-                guarded(sql::CLAIM_TAKEOVER)
-                    .bind(lease_expires_at)
-                    .bind(request)
-                    .bind(expires_at)
-                    .execute(&self.pool)
-                    .await
-            )
-        } else {
-            retry_transient!(
-                guarded(sql::CLAIM_ANEW)
-                    .bind(i32::from(req.fingerprint.version()))
-                    .bind(&req.fingerprint.digest()[..])
-                    .bind(lease_expires_at)
-                    .bind(request)
-                    .bind(now)
-                    .bind(expires_at)
-                    .execute(&self.pool)
-                    .await
-            )
-        }
-        .map_err(map)?;
-        if updated.rows_affected() == 0 {
-            return Ok(None);
-        }
-        Ok(Some(ClaimOutcome::Claimed(
-            Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
-        )))
+    /// A connection of the main pool for one [`KeyStore`] operation.
+    async fn acquire(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+        self.pool.acquire().await.map_err(map)
     }
 }
 
-/// 0 rows affected by an owner write means the token is stale or the record left `in_flight`.
-fn fenced_unless_written(result: sqlx::postgres::PgQueryResult) -> Result<(), StoreError> {
-    if result.rows_affected() == 0 {
-        Err(StoreError::Fenced)
-    } else {
-        Ok(())
-    }
-}
-
+/// Every operation is the one the transactional phases run (`within.rs`), here on a pooled
+/// connection, outside any transaction block: each of its statements is then a transaction of
+/// its own (`BEGIN`, the statement, `COMMIT`, in one round trip), and a statement that failed
+/// with a transient conflict is run again (see [`PostgresStore`], "Isolation, retries and lock
+/// waits").
 #[async_trait]
 impl KeyStore for PostgresStore {
     async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        let request = req.request.as_ref().map(StoredRequest::encode);
-        for _ in 0..Self::MAX_CLAIM_ROUNDS {
-            if let Some(outcome) = self.try_claim_round(&req, request.as_deref()).await? {
-                return Ok(outcome);
-            }
-        }
-        Err(PostgresStoreError::ClaimContention {
-            scope: req.id.scope.to_string(),
-            key: req.id.key.to_string(),
-            rounds: Self::MAX_CLAIM_ROUNDS,
-        }
-        .into())
+        self.claim_on(&mut *self.acquire().await?, &req, ClaimPath::Pooled)
+            .await
     }
 
     async fn renew(
@@ -402,23 +286,13 @@ impl KeyStore for PostgresStore {
         token: FencingToken,
         lease: Duration,
     ) -> Result<UnixMillis, StoreError> {
-        let until = self.clock.now_millis().saturating_add(lease_millis(lease));
         if self.pool.is_closed() {
             // The store was closed: renewals end with it.
             return Err(map(sqlx::Error::PoolClosed));
         }
-        let pool = self.lease_pool();
-        let result = retry_transient!(
-            sqlx::query(sql::RENEW)
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .bind(token.0)
-                .bind(until)
-                .execute(pool)
-                .await
-        )
-        .map_err(map)?;
-        fenced_unless_written(result).map(|()| until)
+        // The lease pool: a renewal never waits for a connection of the main pool.
+        let mut conn = self.lease_pool().acquire().await.map_err(map)?;
+        retry_transient!(self.renew_in(&mut conn, id, token, lease).await)
     }
 
     async fn checkpoint(
@@ -428,19 +302,11 @@ impl KeyStore for PostgresStore {
         recovery_point: &str,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        let until = self.clock.now_millis().saturating_add(lease_millis(lease));
-        let result = retry_transient!(
-            sqlx::query(sql::CHECKPOINT)
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .bind(token.0)
-                .bind(recovery_point)
-                .bind(until)
-                .execute(&self.pool)
+        let mut conn = self.acquire().await?;
+        retry_transient!(
+            self.checkpoint_in(&mut conn, id, token, recovery_point, lease, None)
                 .await
         )
-        .map_err(map)?;
-        fenced_unless_written(result)
     }
 
     async fn complete(
@@ -450,225 +316,19 @@ impl KeyStore for PostgresStore {
         response: StoredResponse,
         retention: Duration,
     ) -> Result<(), StoreError> {
-        let now = self.clock.now_millis();
-        let headers = response.encode_headers();
-        let result = retry_transient!(
-            complete_query(id, token, &response, &headers, now, retention)
-                .execute(&self.pool)
+        let mut conn = self.acquire().await?;
+        retry_transient!(
+            self.complete_in(&mut conn, id, token, &response, retention)
                 .await
         )
-        .map_err(map)?;
-        fenced_unless_written(result)
     }
 
     async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        let result = retry_transient!(
-            sqlx::query(sql::RELEASE)
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .bind(token.0)
-                .execute(&self.pool)
-                .await
-        )
-        .map_err(map)?;
-        fenced_unless_written(result)
+        let mut conn = self.acquire().await?;
+        retry_transient!(self.release_in(&mut conn, id, token).await)
     }
 
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.fetch(id).await
+        retry_transient!(read(&self.pool, id).await)
     }
-}
-
-#[async_trait]
-impl Maintenance for PostgresStore {
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        let now = self.clock.now_millis();
-        let limit = i64::try_from(batch).unwrap_or(i64::MAX);
-        let rows = retry_transient!(
-            sqlx::query(sql::REAP)
-                .bind(now)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await
-        )
-        .map_err(map)?;
-        let mut report = ReapReport::default();
-        for row in &rows {
-            report.deleted += 1;
-            let state: &str = row.try_get(2).map_err(map)?;
-            if state == "in_flight" {
-                report.orphaned += 1;
-                let scope: &str = row.try_get(0).map_err(map)?;
-                let key: &str = row.try_get(1).map_err(map)?;
-                tracing::warn!(
-                    scope,
-                    key,
-                    "reaped an in-flight record: its request was abandoned and never finished"
-                );
-            }
-        }
-        Ok(report)
-    }
-
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        let now = self.clock.now_millis();
-        let cutoff = now.saturating_sub(duration_millis(grace));
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = retry_transient!(
-            sqlx::query(sql::LIST_ABANDONED)
-                .bind(cutoff)
-                .bind(limit)
-                .bind(now)
-                .fetch_all(&self.pool)
-                .await
-        )
-        .map_err(map)?;
-        rows.iter().map(record_from_row).collect()
-    }
-
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        note: RedriveNote,
-    ) -> Result<Redrives, StoreError> {
-        let now = self.clock.now_millis();
-        let (statement, value) = match note {
-            RedriveNote::Attempt { backoff } => (
-                sql::NOTE_ATTEMPT,
-                now.saturating_add(duration_millis(backoff)),
-            ),
-            RedriveNote::Mark => (sql::NOTE_MARK, now),
-            _ => return Err(StoreError::Fenced),
-        };
-        let seen = i32::try_from(attempts_seen).unwrap_or(i32::MAX);
-        let row = retry_transient!(
-            sqlx::query(statement)
-                .bind(id.scope.as_str())
-                .bind(id.key.as_str())
-                .bind(token.0)
-                .bind(now)
-                .bind(seen)
-                .bind(value)
-                .fetch_optional(&self.pool)
-                .await
-        )
-        .map_err(map)?
-        .ok_or(StoreError::Fenced)?;
-        redrives_from_row(&row, 0, 1, 2)
-    }
-
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = retry_transient!(
-            sqlx::query(sql::LIST_MARKED)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await
-        )
-        .map_err(map)?;
-        rows.iter().map(record_from_row).collect()
-    }
-}
-
-/// The `COMPLETE` statement with its binds (shared by [`KeyStore::complete`] and
-/// [`PostgresStore::complete_in`]).
-pub(crate) fn complete_query<'q>(
-    id: &'q RecordKey,
-    token: FencingToken,
-    response: &'q StoredResponse,
-    encoded_headers: &'q [u8],
-    now: UnixMillis,
-    retention: Duration,
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    sqlx::query(sql::COMPLETE)
-        .bind(id.scope.as_str())
-        .bind(id.key.as_str())
-        .bind(token.0)
-        .bind(now)
-        .bind(i32::from(response.status))
-        .bind(encoded_headers)
-        .bind(&response.body[..])
-        .bind(response.body_retained)
-        .bind(now.saturating_add(duration_millis(retention)))
-}
-
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {e}"))
-}
-
-/// Decodes a row selected with the `record_columns!()` list.
-pub(crate) fn record_from_row(row: &PgRow) -> Result<Record, StoreError> {
-    let scope: String = row.try_get("scope").map_err(map)?;
-    let key: String = row.try_get("key").map_err(map)?;
-    let key = IdempotencyKey::new(&key).map_err(|e| corrupt("key", e))?;
-    let version: i32 = row.try_get("fingerprint_version").map_err(map)?;
-    let digest: Vec<u8> = row.try_get("fingerprint").map_err(map)?;
-    let fingerprint = Fingerprint::from_stored(i64::from(version), &digest)
-        .map_err(|e| corrupt("fingerprint", e))?;
-    let state_name: String = row.try_get("state").map_err(map)?;
-    let state = match state_name.as_str() {
-        "in_flight" => RecordState::InFlight {
-            lease_expires_at: row
-                .try_get::<Option<i64>, _>("lease_expires_at")
-                .map_err(map)?
-                .ok_or_else(|| corrupt("lease_expires_at", "missing on an in-flight record"))?,
-            recovery_point: row.try_get("recovery_point").map_err(map)?,
-        },
-        "complete" => {
-            let status: i32 = row.try_get("response_status").map_err(map)?;
-            let headers: Vec<u8> = row.try_get("response_headers").map_err(map)?;
-            let (headers, trailers) = StoredResponse::decode_header_fields(&headers)
-                .map_err(|e| corrupt("response_headers", e))?;
-            RecordState::Complete {
-                response: StoredResponse::new(
-                    u16::try_from(status).map_err(|e| corrupt("response_status", e))?,
-                    headers,
-                    row.try_get("response_body").map_err(map)?,
-                )
-                .with_body_retained(row.try_get("response_body_retained").map_err(map)?)
-                .with_trailers(trailers),
-                completed_at: row.try_get("completed_at").map_err(map)?,
-            }
-        }
-        "released" => RecordState::Released,
-        other => return Err(corrupt("state", other)),
-    };
-    let request: Option<Vec<u8>> = row.try_get("request").map_err(map)?;
-    let request = request
-        .map(|b| StoredRequest::decode(&b))
-        .transpose()
-        .map_err(|e| corrupt("request", e))?;
-    let redrives = redrives_from_row(row, "redrive_attempts", "redrive_next_at", "marked_at")?;
-    Ok(Record::new(
-        Scope::new(scope),
-        key,
-        fingerprint,
-        FencingToken(row.try_get("token").map_err(map)?),
-        state,
-        row.try_get("created_at").map_err(map)?,
-        row.try_get("expires_at").map_err(map)?,
-    )
-    .with_request(request)
-    .with_redrives(redrives))
-}
-
-/// Reads the completer's three columns (by name or position).
-fn redrives_from_row<I: sqlx::ColumnIndex<PgRow>>(
-    row: &PgRow,
-    attempts: I,
-    next: I,
-    marked: I,
-) -> Result<Redrives, StoreError> {
-    let n: i32 = row.try_get(attempts).map_err(map)?;
-    Ok(Redrives::new(
-        u32::try_from(n).map_err(|e| corrupt("redrive_attempts", e))?,
-        row.try_get(next).map_err(map)?,
-        row.try_get(marked).map_err(map)?,
-    ))
 }

@@ -1,35 +1,82 @@
-//! The key store's operations on a connection the caller holds, so that they run inside the
-//! caller's own transaction: the claim, the fencing write, the recovery point and the stored
-//! response then commit (or roll back) together with the business writes. This is what
-//! `oncely-sqlx`'s transactional handlers are built on.
+//! The key store's operations on a connection, written once. `oncely-sqlx`'s transactional
+//! phases run them on the handler's transaction, so the claim, the fencing write, the recovery
+//! point and the stored response commit (or roll back) together with the business writes; the
+//! [`KeyStore`](oncely_core::KeyStore) operations run the same ones on a pooled connection
+//! outside any transaction block, where each statement is a transaction of its own.
 //!
 //! None of these functions commits, and none retries: inside a transaction a failed statement
 //! aborts the whole transaction, so a serialization failure is returned (as
-//! [`StoreError::Unavailable`]) for the caller to run the transaction again.
+//! [`StoreError::Unavailable`]) for the caller to run the transaction again. The pooled
+//! operations retry it themselves.
 
-use crate::error::map;
+use crate::error::{map, retry_transient};
+use crate::row::record_from_row;
 use crate::sql;
-use crate::store::{PostgresStore, complete_query, record_from_row};
+use crate::store::PostgresStore;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, RecordState,
-    StoreError, StoredRequest, StoredResponse, UnixMillis, decide,
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, Record, RecordKey,
+    RecordState, StoreError, StoredRequest, StoredResponse, UnixMillis, decide,
 };
-use sqlx::postgres::{PgConnection, PgQueryResult};
+use sqlx::postgres::{PgConnection, PgExecutor, PgQueryResult};
 use std::time::Duration;
 
 /// `55P03 lock_not_available`: a statement waited longer than `lock_timeout` for a lock.
-fn is_lock_timeout(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
+fn is_lock_timeout(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Unavailable(source)
+            if matches!(
+                source.downcast_ref::<sqlx::Error>(),
+                Some(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03")
+            )
+    )
 }
 
+/// 0 rows affected by an owner write means the token is stale or the record left `in_flight`.
 fn fenced_unless_written(result: PgQueryResult) -> Result<(), StoreError> {
     if result.rows_affected() == 0 {
         Err(StoreError::Fenced)
     } else {
         Ok(())
     }
+}
+
+/// Reads one record with a plain MVCC `SELECT` (it never waits for a lock), on the pool or on
+/// the caller's connection.
+pub(crate) async fn read<'e>(
+    executor: impl PgExecutor<'e>,
+    id: &RecordKey,
+) -> Result<Option<Record>, StoreError> {
+    let row = sqlx::query(sql::SELECT_RECORD)
+        .bind(id.scope.as_str())
+        .bind(id.key.as_str())
+        .fetch_optional(executor)
+        .await
+        .map_err(map)?;
+    row.as_ref().map(record_from_row).transpose()
+}
+
+/// Where a claim runs, which decides the order of its statements and what a lock wait means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimPath {
+    /// [`KeyStore::claim`](oncely_core::KeyStore::claim): autocommit statements on a pooled
+    /// connection. The record is read first (a plain MVCC read never waits for a lock, so a
+    /// claim against a record whose owner has a phase open answers at once), and a round that
+    /// failed with a transient conflict runs again.
+    Pooled,
+    /// [`PostgresStore::claim_in`]: inside the caller's transaction. The insert comes first (a
+    /// new key's whole claim is one statement), and a wait for the key past the transaction's
+    /// `lock_timeout` is answered in flight (the transaction is then aborted).
+    InTransaction,
+}
+
+/// What one claim round writes, from one reading of the clock.
+struct ClaimTimes {
+    now: UnixMillis,
+    lease_expires_at: UnixMillis,
+    expires_at: UnixMillis,
 }
 
 impl PostgresStore {
@@ -62,18 +109,34 @@ impl PostgresStore {
         }
     }
 
-    /// Always `None`: on PostgreSQL a claim is decided inside its transaction
-    /// ([`PostgresStore::claim_in`] inserts first), because a read before it would cost every
-    /// first execution a round trip.
+    /// The claim of a transactional handler (`oncely-sqlx`'s claimer): [`begin_tx`](Self::begin_tx)
+    /// and [`claim_in`](Self::claim_in). Returns the outcome and, exactly when it is
+    /// [`ClaimOutcome::Claimed`], the open transaction that holds the claim (commit it with the
+    /// business writes; dropping it rolls the claim back). On PostgreSQL a claim is decided
+    /// inside its transaction (the insert first): a read before it would cost every first
+    /// execution a round trip.
     ///
     /// # Errors
     ///
-    /// None today; the signature matches the SQLite store's.
-    pub async fn answer_before_claim(
+    /// As [`claim_in`](Self::claim_in), and [`StoreError::Unavailable`] when no connection
+    /// could be had.
+    pub async fn claim_tx(
         &self,
-        _req: &ClaimRequest,
-    ) -> Result<Option<ClaimOutcome>, StoreError> {
-        Ok(None)
+        req: &ClaimRequest,
+    ) -> Result<
+        (
+            ClaimOutcome,
+            Option<sqlx::Transaction<'static, sqlx::Postgres>>,
+        ),
+        StoreError,
+    > {
+        let mut tx = self.begin_tx().await?;
+        let outcome = self.claim_in(&mut tx, req).await?;
+        match outcome {
+            ClaimOutcome::Claimed(_) => Ok((outcome, Some(tx))),
+            // Nothing was written: dropping `tx` rolls the empty transaction back.
+            other => Ok((other, None)),
+        }
     }
 
     /// Claims `(scope, key)` on `conn` by the shared rule ([`oncely_core::decide`]), without
@@ -108,19 +171,37 @@ impl PostgresStore {
         conn: &mut PgConnection,
         req: &ClaimRequest,
     ) -> Result<ClaimOutcome, StoreError> {
+        self.claim_on(conn, req, ClaimPath::InTransaction).await
+    }
+
+    /// The claim's rounds on `conn` (at most [`PostgresStore::MAX_CLAIM_ROUNDS`]; each extra
+    /// round means another request changed the record in between).
+    pub(crate) async fn claim_on(
+        &self,
+        conn: &mut PgConnection,
+        req: &ClaimRequest,
+        path: ClaimPath,
+    ) -> Result<ClaimOutcome, StoreError> {
         let request = req.request.as_ref().map(StoredRequest::encode);
+        let request = request.as_deref();
         for _ in 0..Self::MAX_CLAIM_ROUNDS {
-            match self.claim_round_in(conn, req, request.as_deref()).await {
+            let round = match path {
+                ClaimPath::Pooled => {
+                    retry_transient!(self.claim_round(conn, req, request, path).await)
+                }
+                ClaimPath::InTransaction => self.claim_round(conn, req, request, path).await,
+            };
+            match round {
                 Ok(Some(outcome)) => return Ok(outcome),
                 Ok(None) => {}
-                Err(e) if is_lock_timeout(&e) => {
+                Err(e) if path == ClaimPath::InTransaction && is_lock_timeout(&e) => {
                     // The key is held by an open transaction longer than we may wait: to
                     // the client that is "in flight" (409 with Retry-After), never a 5xx.
                     return Ok(ClaimOutcome::InFlight {
                         lease_expires_at: self.clock().now_millis(),
                     });
                 }
-                Err(e) => return Err(map(e)),
+                Err(e) => return Err(e),
             }
         }
         Err(crate::PostgresStoreError::ClaimContention {
@@ -131,99 +212,53 @@ impl PostgresStore {
         .into())
     }
 
-    async fn claim_round_in(
+    /// One round: the record (read first on the pool, after the insert in a transaction), then
+    /// [`decide`] and the guarded write. `None` when another write got in between (the caller
+    /// runs another round).
+    async fn claim_round(
         &self,
         conn: &mut PgConnection,
         req: &ClaimRequest,
         request: Option<&[u8]>,
-    ) -> Result<Option<ClaimOutcome>, sqlx::Error> {
+        path: ClaimPath,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
         let now = self.clock().now_millis();
-        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
-        let expires_at = now.saturating_add(duration_millis(req.retention));
-        // The insert alone, as the floor's (see `sql::INSERT_CLAIM`): a new key's whole claim.
-        let inserted: Option<i64> = sqlx::query_scalar(sql::INSERT_CLAIM)
-            .bind(req.id.scope.as_str())
-            .bind(req.id.key.as_str())
-            .bind(i32::from(req.fingerprint.version()))
-            .bind(&req.fingerprint.digest()[..])
-            .bind(lease_expires_at)
-            .bind(request)
-            .bind(now)
-            .bind(expires_at)
-            .fetch_optional(&mut *conn)
-            .await?;
-        if inserted.is_some() {
-            return Ok(Some(ClaimOutcome::Claimed(Claim::new(
-                FencingToken(1),
-                lease_expires_at,
-                ClaimKind::New,
-            ))));
-        }
-        // The record exists (the normal path, case S11). A statement of its own reads it: under
-        // READ COMMITTED it sees the latest committed version, also one committed while the
-        // insert waited for its inserter's transaction (under REPEATABLE READ that insert has
-        // failed instead, see above).
-        let Some(row) = sqlx::query(sql::SELECT_RECORD)
-            .bind(req.id.scope.as_str())
-            .bind(req.id.key.as_str())
-            .fetch_optional(&mut *conn)
-            .await?
-        else {
-            // Deleted (reaped) in between: insert again.
-            return Ok(None);
+        let t = ClaimTimes {
+            now,
+            lease_expires_at: now.saturating_add(lease_millis(req.lease)),
+            expires_at: now.saturating_add(duration_millis(req.retention)),
         };
-        let existing = record_from_row(&row).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-        let (token, kind, recovery_point) = match decide(Some(&existing), req, now) {
-            Decision::Answer(answer) => return Ok(Some(answer)),
-            Decision::Claim {
-                token,
-                kind,
-                recovery_point,
-            } => (token, kind, recovery_point),
+        let existing = match path {
+            ClaimPath::Pooled => read(&mut *conn, &req.id).await?,
+            ClaimPath::InTransaction => None,
         };
-        let (old_lease, old_completed) = match &existing.state {
-            RecordState::InFlight {
-                lease_expires_at, ..
-            } => (Some(*lease_expires_at), None),
-            RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
-            RecordState::Released => (None, None),
-            _ => return Err(sqlx::Error::Decode("unknown record state".into())),
+        let existing = match existing {
+            Some(existing) => existing,
+            None => {
+                if insert_claim(conn, req, &t, request).await? {
+                    return Ok(Some(ClaimOutcome::Claimed(Claim::new(
+                        FencingToken(1),
+                        t.lease_expires_at,
+                        ClaimKind::New,
+                    ))));
+                }
+                if path == ClaimPath::Pooled {
+                    // Another claim inserted it since the read: read it again.
+                    return Ok(None);
+                }
+                // The record exists (the normal path: docs/DESIGN.md, "Unique violation
+                // surfaced as 500"). A statement of its own reads it: under READ COMMITTED it
+                // sees the latest committed version, also one committed while the insert
+                // waited for its inserter's transaction (under REPEATABLE READ that insert
+                // has failed instead, see `claim_in`).
+                match read(&mut *conn, &req.id).await? {
+                    Some(existing) => existing,
+                    // Deleted (reaped) in between: insert again.
+                    None => return Ok(None),
+                }
+            }
         };
-        let guarded = |q: &'static str| {
-            sqlx::query(q)
-                .bind(req.id.scope.as_str())
-                .bind(req.id.key.as_str())
-                .bind(existing.token.0)
-                .bind(existing.state_name())
-                .bind(old_lease)
-                .bind(old_completed)
-                .bind(existing.recovery_point())
-                .bind(token.0)
-        };
-        let updated = if kind == ClaimKind::Takeover {
-            guarded(sql::CLAIM_TAKEOVER)
-                .bind(lease_expires_at)
-                .bind(request)
-                .bind(expires_at)
-                .execute(&mut *conn)
-                .await?
-        } else {
-            guarded(sql::CLAIM_ANEW)
-                .bind(i32::from(req.fingerprint.version()))
-                .bind(&req.fingerprint.digest()[..])
-                .bind(lease_expires_at)
-                .bind(request)
-                .bind(now)
-                .bind(expires_at)
-                .execute(&mut *conn)
-                .await?
-        };
-        if updated.rows_affected() == 0 {
-            return Ok(None);
-        }
-        Ok(Some(ClaimOutcome::Claimed(
-            Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
-        )))
+        claim_existing(conn, req, &t, request, &existing).await
     }
 
     /// The fencing write on `conn`: renews the lease to now plus `lease` (never less than 1
@@ -312,7 +347,16 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         let now = self.clock().now_millis();
         let headers = response.encode_headers();
-        let result = complete_query(id, token, response, &headers, now, retention)
+        let result = sqlx::query(sql::COMPLETE)
+            .bind(id.scope.as_str())
+            .bind(id.key.as_str())
+            .bind(token.0)
+            .bind(now)
+            .bind(i32::from(response.status))
+            .bind(&headers[..])
+            .bind(&response.body[..])
+            .bind(response.body_retained)
+            .bind(now.saturating_add(duration_millis(retention)))
             .execute(conn)
             .await
             .map_err(map)?;
@@ -340,4 +384,95 @@ impl PostgresStore {
             .map_err(map)?;
         fenced_unless_written(result)
     }
+}
+
+/// The claim of an absent key (see [`sql::INSERT_CLAIM`]): `true` when this insert won it.
+async fn insert_claim(
+    conn: &mut PgConnection,
+    req: &ClaimRequest,
+    t: &ClaimTimes,
+    request: Option<&[u8]>,
+) -> Result<bool, StoreError> {
+    let inserted: Option<i64> = sqlx::query_scalar(sql::INSERT_CLAIM)
+        .bind(req.id.scope.as_str())
+        .bind(req.id.key.as_str())
+        .bind(i32::from(req.fingerprint.version()))
+        .bind(&req.fingerprint.digest()[..])
+        .bind(t.lease_expires_at)
+        .bind(request)
+        .bind(t.now)
+        .bind(t.expires_at)
+        .fetch_optional(conn)
+        .await
+        .map_err(map)?;
+    Ok(inserted.is_some())
+}
+
+/// [`decide`] on an existing record, and for a claim (a takeover, a claim anew) the `UPDATE`
+/// guarded by everything `decide` looked at (see `sql::claim_guard!`). `None` when the guard
+/// matched no row: the record changed since it was read.
+async fn claim_existing(
+    conn: &mut PgConnection,
+    req: &ClaimRequest,
+    t: &ClaimTimes,
+    request: Option<&[u8]>,
+    existing: &Record,
+) -> Result<Option<ClaimOutcome>, StoreError> {
+    let (token, kind, recovery_point) = match decide(Some(existing), req, t.now) {
+        Decision::Answer(answer) => return Ok(Some(answer)),
+        Decision::Claim {
+            token,
+            kind,
+            recovery_point,
+        } => (token, kind, recovery_point),
+    };
+    let (old_lease, old_completed) = match &existing.state {
+        RecordState::InFlight {
+            lease_expires_at, ..
+        } => (Some(*lease_expires_at), None),
+        RecordState::Complete { completed_at, .. } => (None, Some(*completed_at)),
+        RecordState::Released => (None, None),
+        _ => {
+            return Err(StoreError::Corrupt(format!(
+                "unknown state {}",
+                existing.state_name()
+            )));
+        }
+    };
+    let guarded = |q: &'static str| {
+        sqlx::query(q)
+            .bind(req.id.scope.as_str())
+            .bind(req.id.key.as_str())
+            .bind(existing.token.0)
+            .bind(existing.state_name())
+            .bind(old_lease)
+            .bind(old_completed)
+            .bind(existing.recovery_point())
+            .bind(token.0)
+    };
+    let updated = if kind == ClaimKind::Takeover {
+        guarded(sql::CLAIM_TAKEOVER)
+            .bind(t.lease_expires_at)
+            .bind(request)
+            .bind(t.expires_at)
+            .execute(conn)
+            .await
+    } else {
+        guarded(sql::CLAIM_ANEW)
+            .bind(i32::from(req.fingerprint.version()))
+            .bind(&req.fingerprint.digest()[..])
+            .bind(t.lease_expires_at)
+            .bind(request)
+            .bind(t.now)
+            .bind(t.expires_at)
+            .execute(conn)
+            .await
+    }
+    .map_err(map)?;
+    if updated.rows_affected() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(ClaimOutcome::Claimed(
+        Claim::new(token, t.lease_expires_at, kind).with_recovery_point(recovery_point),
+    )))
 }

@@ -41,7 +41,6 @@ mod sql;
 mod store;
 mod within;
 
-pub use store::{
-    ACQUIRE_TIMEOUT, BUSY_TIMEOUT, MAX_CONNECTIONS, SqliteStore, SqliteStoreError, connect_options,
-};
+pub use error::SqliteStoreError;
+pub use store::{ACQUIRE_TIMEOUT, BUSY_TIMEOUT, MAX_CONNECTIONS, SqliteStore, connect_options};
 pub use within::LEASE_SLACK;

@@ -51,7 +51,7 @@ pub(crate) const READ_THEN_CLAIM: &str = concat!(
 /// Hands a transaction that [`READ_THEN_CLAIM`] opened to sqlx's transaction bookkeeping (sqlx
 /// runs a custom begin statement and checks that a transaction is then open; this one opens
 /// nothing new). sqlx's commit and rollback then end the whole transaction.
-/// The savepoint is also the transaction's guard (`oncely_sqlx`'s `still_open`: a `COMMIT` run
+/// The savepoint is also the transaction's guard (`oncely_sqlx`'s phase writes check it: a `COMMIT` run
 /// behind the phase's back removes it), the one [`BEGIN_GUARDED`] opens.
 pub(crate) const ADOPT_TRANSACTION: &str = "SAVEPOINT oncely_tx";
 
@@ -181,13 +181,10 @@ pub(crate) const LIST_MARKED: &str = concat!(
      ORDER BY marked_at, scope, key LIMIT ?1"
 );
 
-/// Starts a write transaction that takes SQLite's write lock at once (waiting up to the busy
-/// timeout), so no other writer can interleave between its reads and writes, and a deferred
-/// transaction's read-to-write upgrade (which fails at once with `SQLITE_BUSY_SNAPSHOT` in WAL
-/// mode) never happens.
-pub(crate) const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
-
-/// A phase's transaction: the write lock at once, and the savepoint `oncely_tx` that tells
-/// later whether the transaction is still this one (see [`ADOPT_TRANSACTION`]); one statement,
+/// A write transaction of the store (a claim, a phase): `BEGIN IMMEDIATE` takes SQLite's write
+/// lock at once (waiting up to the busy timeout), so no other writer can interleave between its
+/// reads and writes, and a deferred transaction's read-to-write upgrade (which fails at once
+/// with `SQLITE_BUSY_SNAPSHOT` in WAL mode) never happens; and the savepoint `oncely_tx` tells
+/// later whether the transaction is still this one (see [`ADOPT_TRANSACTION`]). One statement,
 /// one hop to the connection's thread.
 pub(crate) const BEGIN_GUARDED: &str = "BEGIN IMMEDIATE; SAVEPOINT oncely_tx";

@@ -1,21 +1,18 @@
 //! [`SqliteStore`]: connecting, migrating, and the [`KeyStore`] operations.
 
-use crate::error::map_sqlx;
+use crate::error::{SqliteStoreError, map_sqlx};
 use crate::row::decode_record;
 use crate::sql;
 use async_trait::async_trait;
 use oncely_core::clock::duration_millis;
-use oncely_core::store::lease_millis;
 use oncely_core::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, KeyStore,
-    Maintenance, ReapReport, Record, RecordKey, RedriveNote, Redrives, StoreError, StoredRequest,
-    StoredResponse, SystemClock, UnixMillis, decide,
+    ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, KeyStore, Maintenance, ReapReport,
+    Record, RecordKey, RedriveNote, Redrives, StoreError, StoredResponse, SystemClock, UnixMillis,
+    decide,
 };
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{SqlSafeStr, Transaction};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,10 +38,6 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// contend for the same write lock.
 pub const MAX_CONNECTIONS: u32 = 8;
 
-/// How many times a claim re-runs its decision when its conditional write found the row
-/// changed. Inside `BEGIN IMMEDIATE` that cannot happen; the bound only guards the loop.
-const MAX_CLAIM_ATTEMPTS: usize = 8;
-
 /// The table sqlx records this crate's applied migrations in. Separate from sqlx's default
 /// `_sqlx_migrations`, so that an application running its own sqlx migrations on the same
 /// database file neither sees ours as "missing" nor collides with our version numbers.
@@ -66,37 +59,6 @@ const OPEN_ATTEMPTS: u32 = 5;
 /// fresh file at the same moment and one of them loses the race.
 const MIGRATE_ATTEMPTS: u32 = 5;
 
-/// Errors particular to the SQLite store, carried inside [`StoreError::Unavailable`] (downcast
-/// the source to inspect them).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SqliteStoreError {
-    /// The connection URL could not be parsed.
-    #[error("invalid SQLite URL {url:?}: {source}")]
-    InvalidUrl {
-        /// The URL as given.
-        url: String,
-        /// Why sqlx rejected it.
-        #[source]
-        source: sqlx::Error,
-    },
-    /// A claim kept finding the row changed under its conditional write.
-    #[error("the claim found the record changing under it {0} times in a row")]
-    ClaimContention(usize),
-    /// A guarded write ([`SqliteStore::complete_guarded_in`],
-    /// [`SqliteStore::checkpoint_guarded_in`]) found the transaction's savepoint gone: the
-    /// transaction ended behind the phase's back (a `COMMIT` or `ROLLBACK` through it).
-    #[error("the phase's transaction ended behind its back (COMMIT or ROLLBACK through it)")]
-    TransactionEnded,
-}
-
-impl From<SqliteStoreError> for StoreError {
-    /// Every [`SqliteStoreError`] is [`StoreError::Unavailable`].
-    fn from(e: SqliteStoreError) -> Self {
-        StoreError::unavailable(e)
-    }
-}
-
 /// The SQLite [`KeyStore`]: Oncely's embedded default.
 ///
 /// One table, `oncely_idempotency_keys`, with `PRIMARY KEY (scope, key)`; its schema ships in the
@@ -109,7 +71,7 @@ impl From<SqliteStoreError> for StoreError {
 ///   mismatch) that answer is returned: it is a consistent snapshot and writes nothing. Otherwise
 ///   one `BEGIN IMMEDIATE` transaction (it takes SQLite's write lock first, so nothing can
 ///   interleave) runs `INSERT ... ON CONFLICT (scope, key) DO NOTHING`: one row inserted means
-///   the primary key granted this caller the key ([`ClaimKind::New`], token 1). Zero rows means
+///   the primary key granted this caller the key ([`ClaimKind::New`](oncely_core::ClaimKind::New), token 1). Zero rows means
 ///   the record exists: it is read again and [`decide`] runs on it (comparing fingerprints on
 ///   this path too, case S3); a granted claim is one `UPDATE ... WHERE scope AND key AND
 ///   token = <the token read>`. Losing the insert race is never an error (case S11).
@@ -319,173 +281,29 @@ impl SqliteStore {
         }
     }
 
-    /// The claim under SQLite's write lock; `None` when the conditional write found the row
-    /// changed (cannot happen inside `BEGIN IMMEDIATE`; the caller loops).
-    async fn claim_locked(&self, req: &ClaimRequest) -> Result<Option<ClaimOutcome>, StoreError> {
-        let conn = self.acquire_clean().await?;
-        let mut tx = Transaction::begin(conn, Some(sql::BEGIN_IMMEDIATE.into_sql_str()))
-            .await
-            .map_err(map_sqlx)?;
-        let outcome = self.claim_round_in(&mut tx, req).await?;
-        if matches!(outcome, Some(ClaimOutcome::Claimed(_))) {
+    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
+        self.acquire_clean().await
+    }
+}
+
+/// Every write is the one the transactional phases run (`within.rs`), here on a pooled
+/// connection: the claim in a transaction of its own ([`SqliteStore::begin_tx`],
+/// [`SqliteStore::claim_in`], `COMMIT`) after a read that takes no lock; each other write one
+/// statement outside any transaction block, so a transaction of its own, without the
+/// savepoint check of a phase (there is no phase whose transaction could have ended).
+#[async_trait]
+impl KeyStore for SqliteStore {
+    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        if let Some(answer) = self.answer_from_snapshot(&req).await? {
+            return Ok(answer);
+        }
+        let mut tx = self.begin_tx().await?;
+        let outcome = self.claim_in(&mut tx, &req).await?;
+        if matches!(outcome, ClaimOutcome::Claimed(_)) {
             tx.commit().await.map_err(map_sqlx)?;
         }
         // Otherwise nothing was written; dropping `tx` rolls the empty transaction back.
         Ok(outcome)
-    }
-
-    /// One round of the claim on `conn`, which must hold SQLite's write lock (inside `BEGIN
-    /// IMMEDIATE`): insert first (the primary key arbitrates), else read, [`decide`] and write
-    /// conditionally. Commits nothing.
-    pub(crate) async fn claim_round_in(
-        &self,
-        conn: &mut SqliteConnection,
-        req: &ClaimRequest,
-    ) -> Result<Option<ClaimOutcome>, StoreError> {
-        // "now" is read after the lock is held, so the decision uses the time it takes effect.
-        let now = self.clock.now_millis();
-        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
-        let expires_at = now.saturating_add(duration_millis(req.retention));
-        let request = req.request.as_ref().map(StoredRequest::encode);
-        let scope = req.id.scope.as_str();
-        let key = req.id.key.as_str();
-        let fp_version = i64::from(req.fingerprint.version());
-        let fp_digest: &[u8] = req.fingerprint.digest();
-
-        // What `decide(None, ..)` grants for an absent key: a first attempt with token 1.
-        let first = FencingToken(1);
-        let inserted = sqlx::query(sql::INSERT_CLAIM)
-            .bind(scope)
-            .bind(key)
-            .bind(fp_version)
-            .bind(fp_digest)
-            .bind(first.0)
-            .bind(lease_expires_at)
-            .bind(now)
-            .bind(expires_at)
-            .bind(request.as_deref())
-            .execute(&mut *conn)
-            .await
-            .map_err(map_sqlx)?
-            .rows_affected();
-        if inserted == 1 {
-            return Ok(Some(ClaimOutcome::Claimed(Claim::new(
-                first,
-                lease_expires_at,
-                ClaimKind::New,
-            ))));
-        }
-
-        // The primary key said the record exists: the normal "record exists" path.
-        let Some(row) = sqlx::query(sql::SELECT_ONE)
-            .bind(scope)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map_sqlx)?
-        else {
-            return Ok(None);
-        };
-        let existing = decode_record(&row)?;
-        match decide(Some(&existing), req, now) {
-            Decision::Answer(answer) => Ok(Some(answer)),
-            Decision::Claim {
-                token,
-                kind,
-                recovery_point,
-            } => {
-                // A takeover resumes the same request: it keeps the original claim time and the
-                // request that made the claim (the memory store's rule).
-                let (created_at, request, redrives) = match kind {
-                    ClaimKind::Takeover => (
-                        existing.created_at,
-                        existing
-                            .request
-                            .as_ref()
-                            .map(StoredRequest::encode)
-                            .or(request),
-                        existing.redrives,
-                    ),
-                    // New, AfterReplayWindow (and any later kind): a fresh request.
-                    _ => (now, request, Redrives::default()),
-                };
-                let updated = sqlx::query(sql::UPDATE_CLAIM)
-                    .bind(fp_version)
-                    .bind(fp_digest)
-                    .bind(token.0)
-                    .bind(lease_expires_at)
-                    .bind(recovery_point.as_deref())
-                    .bind(created_at)
-                    .bind(expires_at)
-                    .bind(request.as_deref())
-                    .bind(scope)
-                    .bind(key)
-                    .bind(existing.token.0)
-                    .bind(i64::from(redrives.attempts))
-                    .bind(redrives.next_attempt_at)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(map_sqlx)?
-                    .rows_affected();
-                if updated != 1 {
-                    return Ok(None);
-                }
-                Ok(Some(ClaimOutcome::Claimed(
-                    Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
-                )))
-            }
-        }
-    }
-
-    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
-        self.acquire_clean().await
-    }
-
-    /// A connection from the pool that holds no transaction in sqlx's bookkeeping. A handler
-    /// that ran `ROLLBACK` (or `COMMIT`) through its `Tx` leaves its connection's count of open
-    /// transactions at one, because sqlx's rollback on drop then fails ("no transaction is
-    /// active"). Such a connection would refuse every later transaction, which would answer
-    /// an unrelated request 503. It is closed here, with a warning, and another one is taken.
-    /// The count is settled by the time a connection is back in the pool: sqlx pings it on
-    /// release, after the queued rollback.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Unavailable`] when no connection could be had.
-    pub(crate) async fn acquire_clean(
-        &self,
-    ) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
-        use sqlx::Connection as _;
-        for _ in 0..=MAX_CONNECTIONS {
-            let mut conn = self.pool.acquire().await.map_err(map_sqlx)?;
-            if !conn.is_in_transaction() {
-                return Ok(conn);
-            }
-            tracing::warn!(
-                "closing a pooled SQLite connection left inside a transaction (a handler ran COMMIT or ROLLBACK through its Tx, which sqlx could not undo)"
-            );
-            conn.close_on_drop();
-        }
-        Err(StoreError::unavailable(std::io::Error::other(
-            "every pooled SQLite connection was left inside a transaction",
-        )))
-    }
-}
-
-#[async_trait]
-impl KeyStore for SqliteStore {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        for _ in 0..MAX_CLAIM_ATTEMPTS {
-            if let Some(answer) = self.answer_from_snapshot(&req).await? {
-                return Ok(answer);
-            }
-            if let Some(outcome) = self.claim_locked(&req).await? {
-                return Ok(outcome);
-            }
-        }
-        Err(StoreError::unavailable(SqliteStoreError::ClaimContention(
-            MAX_CLAIM_ATTEMPTS,
-        )))
     }
 
     async fn renew(
@@ -505,15 +323,9 @@ impl KeyStore for SqliteStore {
         recovery_point: &str,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        self.checkpoint_in(
-            &mut *self.conn().await?,
-            id,
-            token,
-            recovery_point,
-            lease,
-            None,
-        )
-        .await
+        let mut conn = self.conn().await?;
+        self.checkpoint_with(false, &mut conn, id, token, recovery_point, lease, None)
+            .await
     }
 
     async fn complete(
@@ -523,7 +335,8 @@ impl KeyStore for SqliteStore {
         response: StoredResponse,
         retention: Duration,
     ) -> Result<(), StoreError> {
-        self.complete_in(&mut *self.conn().await?, id, token, &response, retention)
+        let mut conn = self.conn().await?;
+        self.complete_with(false, &mut conn, id, token, &response, retention)
             .await
     }
 

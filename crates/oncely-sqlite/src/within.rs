@@ -8,15 +8,16 @@
 //! lock from its start ([`SqliteStore::begin_tx`]): a deferred `BEGIN` would let another
 //! writer change the record between this transaction's read and its write.
 
+use crate::error::SqliteStoreError;
 use crate::error::map_sqlx;
 use crate::row::decode_record;
 use crate::sql;
-use crate::store::{SqliteStore, SqliteStoreError};
+use crate::store::{MAX_CONNECTIONS, SqliteStore};
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, StoreError,
-    StoredRequest, StoredResponse, UnixMillis, decide,
+    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, Redrives,
+    StoreError, StoredRequest, StoredResponse, UnixMillis, decide,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::SqliteConnection;
@@ -230,6 +231,139 @@ impl SqliteStore {
         )))
     }
 
+    /// One round of the claim on `conn`, which must hold SQLite's write lock (inside `BEGIN
+    /// IMMEDIATE`): insert first (the primary key arbitrates), else read, [`decide`] and write
+    /// conditionally. Commits nothing.
+    pub(crate) async fn claim_round_in(
+        &self,
+        conn: &mut SqliteConnection,
+        req: &ClaimRequest,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        // "now" is read after the lock is held, so the decision uses the time it takes effect.
+        let now = self.clock().now_millis();
+        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
+        let expires_at = now.saturating_add(duration_millis(req.retention));
+        let request = req.request.as_ref().map(StoredRequest::encode);
+        let scope = req.id.scope.as_str();
+        let key = req.id.key.as_str();
+        let fp_version = i64::from(req.fingerprint.version());
+        let fp_digest: &[u8] = req.fingerprint.digest();
+
+        // What `decide(None, ..)` grants for an absent key: a first attempt with token 1.
+        let first = FencingToken(1);
+        let inserted = sqlx::query(sql::INSERT_CLAIM)
+            .bind(scope)
+            .bind(key)
+            .bind(fp_version)
+            .bind(fp_digest)
+            .bind(first.0)
+            .bind(lease_expires_at)
+            .bind(now)
+            .bind(expires_at)
+            .bind(request.as_deref())
+            .execute(&mut *conn)
+            .await
+            .map_err(map_sqlx)?
+            .rows_affected();
+        if inserted == 1 {
+            return Ok(Some(ClaimOutcome::Claimed(Claim::new(
+                first,
+                lease_expires_at,
+                ClaimKind::New,
+            ))));
+        }
+
+        // The primary key said the record exists: the normal "record exists" path.
+        let Some(row) = sqlx::query(sql::SELECT_ONE)
+            .bind(scope)
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_sqlx)?
+        else {
+            return Ok(None);
+        };
+        let existing = decode_record(&row)?;
+        match decide(Some(&existing), req, now) {
+            Decision::Answer(answer) => Ok(Some(answer)),
+            Decision::Claim {
+                token,
+                kind,
+                recovery_point,
+            } => {
+                // A takeover resumes the same request: it keeps the original claim time and the
+                // request that made the claim (the memory store's rule).
+                let (created_at, request, redrives) = match kind {
+                    ClaimKind::Takeover => (
+                        existing.created_at,
+                        existing
+                            .request
+                            .as_ref()
+                            .map(StoredRequest::encode)
+                            .or(request),
+                        existing.redrives,
+                    ),
+                    // New, AfterReplayWindow (and any later kind): a fresh request.
+                    _ => (now, request, Redrives::default()),
+                };
+                let updated = sqlx::query(sql::UPDATE_CLAIM)
+                    .bind(fp_version)
+                    .bind(fp_digest)
+                    .bind(token.0)
+                    .bind(lease_expires_at)
+                    .bind(recovery_point.as_deref())
+                    .bind(created_at)
+                    .bind(expires_at)
+                    .bind(request.as_deref())
+                    .bind(scope)
+                    .bind(key)
+                    .bind(existing.token.0)
+                    .bind(i64::from(redrives.attempts))
+                    .bind(redrives.next_attempt_at)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(map_sqlx)?
+                    .rows_affected();
+                if updated != 1 {
+                    return Ok(None);
+                }
+                Ok(Some(ClaimOutcome::Claimed(
+                    Claim::new(token, lease_expires_at, kind).with_recovery_point(recovery_point),
+                )))
+            }
+        }
+    }
+
+    /// A connection from the pool that holds no transaction in sqlx's bookkeeping. A handler
+    /// that ran `ROLLBACK` (or `COMMIT`) through its `Tx` leaves its connection's count of open
+    /// transactions at one, because sqlx's rollback on drop then fails ("no transaction is
+    /// active"). Such a connection would refuse every later transaction, which would answer
+    /// an unrelated request 503. It is closed here, with a warning, and another one is taken.
+    /// The count is settled by the time a connection is back in the pool: sqlx pings it on
+    /// release, after the queued rollback.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when no connection could be had.
+    pub(crate) async fn acquire_clean(
+        &self,
+    ) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
+        use sqlx::Connection as _;
+        for _ in 0..=MAX_CONNECTIONS {
+            let mut conn = self.pool().acquire().await.map_err(map_sqlx)?;
+            if !conn.is_in_transaction() {
+                return Ok(conn);
+            }
+            tracing::warn!(
+                "closing a pooled SQLite connection left inside a transaction (a handler ran COMMIT or ROLLBACK through its Tx, which sqlx could not undo)"
+            );
+            conn.close_on_drop();
+        }
+        Err(StoreError::unavailable(std::io::Error::other(
+            "every pooled SQLite connection was left inside a transaction",
+        )))
+    }
+
     /// The fencing write on `conn`: renews the lease to now plus `lease` (never less than 1
     /// millisecond) if the record is still in flight with `token`. Returns the new lease expiry
     /// (epoch milliseconds).
@@ -262,29 +396,12 @@ impl SqliteStore {
     }
 
     /// Records `recovery_point` on `conn` and renews the lease to now plus `lease`, if the
-    /// record is still in flight with `token`. `request`, if given, is the encoded
-    /// [`StoredRequest`] that a claim inside the same transaction left out (nobody could read
-    /// it before a commit): it is stored unless the record already has one.
-    ///
-    /// # Errors
-    ///
-    /// As [`SqliteStore::renew_in`].
-    pub async fn checkpoint_in(
-        &self,
-        conn: &mut SqliteConnection,
-        id: &RecordKey,
-        token: FencingToken,
-        recovery_point: &str,
-        lease: Duration,
-        request: Option<&[u8]>,
-    ) -> Result<(), StoreError> {
-        self.checkpoint_with(false, conn, id, token, recovery_point, lease, request)
-            .await
-    }
-
-    /// [`SqliteStore::checkpoint_in`] inside a transaction that [`SqliteStore::begin_tx`] or
-    /// [`SqliteStore::claim_tx`] opened, checking in the same statement that it is still that
-    /// transaction (its savepoint `oncely_tx` exists; in process, no extra hop).
+    /// record is still in flight with `token`, inside a transaction that
+    /// [`SqliteStore::begin_tx`] or [`SqliteStore::claim_tx`] opened, checking in the same
+    /// statement that it is still that transaction (its savepoint `oncely_tx` exists; in
+    /// process, no extra hop). `request`, if given, is the encoded [`StoredRequest`] that a
+    /// claim inside the same transaction left out (nobody could read it before a commit): it
+    /// is stored unless the record already has one.
     ///
     /// # Errors
     ///
@@ -292,7 +409,7 @@ impl SqliteStore {
     /// [`StoreError::Unavailable`]) when the transaction ended behind the phase's back; the
     /// connection is then left inside a fresh empty transaction, so that the caller's
     /// rollback ends it and the pool gets the connection back in order.
-    pub async fn checkpoint_guarded_in(
+    pub async fn checkpoint_in(
         &self,
         conn: &mut SqliteConnection,
         id: &RecordKey,
@@ -305,10 +422,13 @@ impl SqliteStore {
             .await
     }
 
+    /// The recovery point's write: `in_phase`, inside a transaction the store opened
+    /// ([`SqliteStore::checkpoint_in`]); otherwise a statement of its own
+    /// ([`KeyStore::checkpoint`](oncely_core::KeyStore::checkpoint)).
     #[allow(clippy::too_many_arguments)]
-    async fn checkpoint_with(
+    pub(crate) async fn checkpoint_with(
         &self,
-        guard: bool,
+        in_phase: bool,
         conn: &mut SqliteConnection,
         id: &RecordKey,
         token: FencingToken,
@@ -320,7 +440,7 @@ impl SqliteStore {
             .clock()
             .now_millis()
             .saturating_add(lease_millis(lease));
-        let statement = match (guard, request.is_some()) {
+        let statement = match (in_phase, request.is_some()) {
             (true, _) => sql::CHECKPOINT_GUARDED,
             (false, true) => sql::CHECKPOINT_WITH_REQUEST,
             (false, false) => sql::CHECKPOINT,
@@ -331,37 +451,21 @@ impl SqliteStore {
             .bind(id.scope.as_str())
             .bind(id.key.as_str())
             .bind(token.0);
-        if guard || request.is_some() {
+        if in_phase || request.is_some() {
             query = query.bind(request);
         }
-        fenced_unless_one(changed(conn, query, guard).await?)
+        fenced_unless_one(changed(conn, query, in_phase).await?)
     }
 
     /// Stores the final response on `conn` (state complete, kept for `retention` from now), if
-    /// the record is still in flight with `token`.
+    /// the record is still in flight with `token`, inside a transaction that
+    /// [`SqliteStore::begin_tx`] or [`SqliteStore::claim_tx`] opened, checked as
+    /// [`SqliteStore::checkpoint_in`] checks it.
     ///
     /// # Errors
     ///
-    /// As [`SqliteStore::renew_in`].
+    /// As [`SqliteStore::checkpoint_in`].
     pub async fn complete_in(
-        &self,
-        conn: &mut SqliteConnection,
-        id: &RecordKey,
-        token: FencingToken,
-        response: &StoredResponse,
-        retention: Duration,
-    ) -> Result<(), StoreError> {
-        self.complete_with(false, conn, id, token, response, retention)
-            .await
-    }
-
-    /// [`SqliteStore::complete_in`] inside a transaction that [`SqliteStore::begin_tx`] or
-    /// [`SqliteStore::claim_tx`] opened, guarded as [`SqliteStore::checkpoint_guarded_in`].
-    ///
-    /// # Errors
-    ///
-    /// As [`SqliteStore::checkpoint_guarded_in`].
-    pub async fn complete_guarded_in(
         &self,
         conn: &mut SqliteConnection,
         id: &RecordKey,
@@ -373,9 +477,10 @@ impl SqliteStore {
             .await
     }
 
-    async fn complete_with(
+    /// The response's write, `in_phase` or not, as [`SqliteStore::checkpoint_with`].
+    pub(crate) async fn complete_with(
         &self,
-        guard: bool,
+        in_phase: bool,
         conn: &mut SqliteConnection,
         id: &RecordKey,
         token: FencingToken,
@@ -383,7 +488,7 @@ impl SqliteStore {
         retention: Duration,
     ) -> Result<(), StoreError> {
         let now = self.clock().now_millis();
-        let statement = if guard {
+        let statement = if in_phase {
             sql::COMPLETE_GUARDED
         } else {
             sql::COMPLETE
@@ -399,7 +504,7 @@ impl SqliteStore {
             .bind(id.scope.as_str())
             .bind(id.key.as_str())
             .bind(token.0);
-        fenced_unless_one(changed(conn, query, guard).await?)
+        fenced_unless_one(changed(conn, query, in_phase).await?)
     }
 
     /// Releases the claim on `conn` (the key behaves as absent again), if the record is still
@@ -435,9 +540,9 @@ impl SqliteStore {
 async fn changed<'q>(
     conn: &mut SqliteConnection,
     query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
-    guard: bool,
+    in_phase: bool,
 ) -> Result<u64, StoreError> {
-    if !guard {
+    if !in_phase {
         return Ok(query
             .execute(&mut *conn)
             .await

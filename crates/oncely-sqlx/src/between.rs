@@ -91,10 +91,10 @@ impl<S: SqlStore> Between<S> {
     }
 
     /// Begins the next phase: a new transaction, opened by the store's fencing step
-    /// ([`SqlStore::open_phase`]: on SQLite and on split stores a conditional renewal of the
-    /// lease; on PostgreSQL nothing, so the phase takes no lock on the record), whose closing
-    /// write ([`Tx::checkpoint`] or [`Tx::commit`]) carries the fencing token: if another
-    /// request took the key over meanwhile, nothing of the phase commits.
+    /// ([`SqlStore::begin_phase`]: on SQLite and on split stores a conditional renewal of the
+    /// lease; on PostgreSQL and MySQL nothing, so the phase takes no lock on the record), whose
+    /// closing write ([`Tx::checkpoint`] or [`Tx::commit`]) carries the fencing token: if
+    /// another request took the key over meanwhile, nothing of the phase commits.
     ///
     /// # Errors
     ///
@@ -111,10 +111,7 @@ impl<S: SqlStore> Between<S> {
                 return Err(TxError::Fenced);
             }
         }
-        let mut tx = sh.store.begin().await?;
-        sh.store
-            .open_phase(&mut tx, &sh.id, sh.token, sh.lease)
-            .await?;
+        let tx = sh.store.begin_phase(&sh.id, sh.token, sh.lease).await?;
         Ok(Tx::new(tx, Arc::clone(sh), self.claim.clone(), false))
     }
 }

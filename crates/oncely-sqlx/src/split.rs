@@ -20,11 +20,12 @@
 //! Duplicates while the first runs get the layer's in-flight answer (`409`, or the wait mode),
 //! not the transactional wait.
 
+use crate::error::TxError;
 use crate::store::SqlStore;
 use async_trait::async_trait;
 use oncely_core::{
     ClaimOutcome, ClaimRequest, FencingToken, KeyStore, Maintenance, RecordKey, StoreError,
-    StoredResponse, UnixMillis,
+    StoredResponse,
 };
 use sqlx::{Database, Pool, Transaction};
 use std::fmt;
@@ -74,41 +75,76 @@ impl<DB: Database> oncely_core::StoreWrapper for Split<DB> {
     }
 }
 
+/// A database whose business writes a [`Split`] store commits: how to tell, before the `COMMIT`,
+/// that the transaction would commit nothing. A split store's phases write nothing of the key
+/// store in the business transaction, so no statement of theirs would fail in an aborted one;
+/// and PostgreSQL answers the `COMMIT` of a transaction that a failed statement aborted with
+/// `ROLLBACK` and no error (sqlx does not read the command tag), so without this check a
+/// handler that ignored a failed statement would have its response stored as a success for
+/// writes that never happened, and replayed to every retry.
+///
+/// Implemented for `sqlx::Postgres` (feature `postgres`: one round trip, the check
+/// [`SqlStore::checkpoint_in`] runs on `PostgresStore`, which also refuses a transaction the
+/// handler ended itself) and `sqlx::Sqlite` (feature `sqlite`: nothing to ask, since SQLite
+/// has no aborted state: a failed statement leaves the transaction open, and the `COMMIT` of a
+/// transaction that ended fails with "no transaction is active").
 #[async_trait]
-impl<DB: Database> SqlStore for Split<DB> {
+pub trait CommitCheck: Database {
+    /// Checks the transaction on `conn` just before its `COMMIT`.
+    ///
+    /// # Errors
+    ///
+    /// [`TxError::Database`] when a failed statement aborted it; [`TxError::TransactionEnded`]
+    /// when it ended behind the phase's back.
+    async fn check_before_commit(conn: &mut Self::Connection) -> Result<(), TxError>;
+}
+
+#[cfg(feature = "postgres")]
+#[async_trait]
+impl CommitCheck for sqlx::Postgres {
+    async fn check_before_commit(conn: &mut sqlx::PgConnection) -> Result<(), TxError> {
+        crate::store::postgres::ensure_open(conn).await
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[async_trait]
+impl CommitCheck for sqlx::Sqlite {
+    async fn check_before_commit(_conn: &mut sqlx::SqliteConnection) -> Result<(), TxError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<DB: CommitCheck> SqlStore for Split<DB> {
     type Database = DB;
 
     fn atomic(&self) -> bool {
         false
     }
 
-    async fn begin(&self) -> Result<Transaction<'static, DB>, StoreError> {
-        self.pool.begin().await.map_err(StoreError::unavailable)
-    }
-
-    async fn answer_without_lock(
+    /// The business transaction first, then the claim in the key store, committed at once.
+    async fn claim_tx(
         &self,
-        _req: &ClaimRequest,
-    ) -> Result<Option<ClaimOutcome>, StoreError> {
-        Ok(None)
-    }
-
-    async fn claim_in(
-        &self,
-        _conn: &mut DB::Connection,
         req: &ClaimRequest,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.keys.claim(req.clone()).await
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, DB>>), StoreError> {
+        let tx = self.pool.begin().await.map_err(StoreError::unavailable)?;
+        match self.keys.claim(req.clone()).await? {
+            outcome @ ClaimOutcome::Claimed(_) => Ok((outcome, Some(tx))),
+            // Nothing was written: dropping `tx` rolls the empty transaction back.
+            other => Ok((other, None)),
+        }
     }
 
-    async fn renew_in(
+    async fn begin_phase(
         &self,
-        _conn: &mut DB::Connection,
         id: &RecordKey,
         token: FencingToken,
         lease: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        self.keys.renew(id, token, lease).await
+    ) -> Result<Transaction<'static, DB>, StoreError> {
+        let tx = self.pool.begin().await.map_err(StoreError::unavailable)?;
+        self.keys.renew(id, token, lease).await?;
+        Ok(tx)
     }
 
     async fn checkpoint_in(
@@ -119,10 +155,13 @@ impl<DB: Database> SqlStore for Split<DB> {
         recovery_point: &str,
         lease: Duration,
         _request: Option<&[u8]>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), TxError> {
         // The claim stored the request in the key store already (the claimer defers it only
         // on atomic stores).
-        self.keys.checkpoint(id, token, recovery_point, lease).await
+        Ok(self
+            .keys
+            .checkpoint(id, token, recovery_point, lease)
+            .await?)
     }
 
     async fn complete_in(
@@ -132,9 +171,16 @@ impl<DB: Database> SqlStore for Split<DB> {
         token: FencingToken,
         response: &StoredResponse,
         retention: Duration,
-    ) -> Result<(), StoreError> {
-        self.keys
+        _hot: bool,
+    ) -> Result<(), TxError> {
+        Ok(self
+            .keys
             .complete(id, token, response.clone(), retention)
-            .await
+            .await?)
+    }
+
+    async fn commit(&self, mut tx: Transaction<'static, DB>) -> Result<(), TxError> {
+        DB::check_before_commit(&mut tx).await?;
+        tx.commit().await.map_err(TxError::from)
     }
 }

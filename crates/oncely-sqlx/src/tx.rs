@@ -1,11 +1,11 @@
 //! [`Tx`]: the handler's transaction that already holds its claim.
 
 use crate::between::Between;
-use crate::phase::{ended_or, ensure_open, split_finish, warn_if_long};
+use crate::phase::{reported, split_finish, warn_if_long};
 use crate::store::SqlStore;
 use axum::response::{IntoResponse, Response};
 use oncely_core::response::capture_response;
-use oncely_core::{ClaimKind, FencingToken, RecordKey, StoreError, StoredRequest};
+use oncely_core::{ClaimKind, FencingToken, RecordKey, StoredRequest};
 use oncely_tower::{ClaimState, ResponseCommitted};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -55,11 +55,12 @@ impl<S: SqlStore> Clone for TxSlot<S> {
 ///
 /// Never run `COMMIT` or `ROLLBACK` through it: the phase would no longer be one unit.
 /// [`Tx::commit`] and [`Tx::checkpoint`] refuse to record anything on a transaction that ended
-/// early ([`TxError::TransactionEnded`](crate::TxError::TransactionEnded); on PostgreSQL a
-/// `COMMIT` is not checked at the commit of the transaction that carries the claim), and a
-/// `Tx` dropped after its handler ended it gets the same `500 idempotency_handler_misuse`
+/// early ([`TxError::TransactionEnded`](crate::TxError::TransactionEnded); on PostgreSQL and
+/// MySQL a `COMMIT` is not checked at the commit of the transaction that carries the claim),
+/// and a `Tx` dropped after its handler ended it gets the same `500 idempotency_handler_misuse`
 /// answer instead of the handler's (the layer learns it from the rollback: at no extra hop on
-/// SQLite, one round trip on PostgreSQL, on that path only). Nested `sqlx` transactions
+/// SQLite, one round trip on PostgreSQL, up to two on MySQL, on that path only; a transaction
+/// that MySQL rolled back as a deadlock's victim is not taken for one the handler ended). Nested `sqlx` transactions
 /// (savepoints) are fine.
 ///
 /// In axum, take it as a handler argument (it is an extractor); in plain tower, with
@@ -273,7 +274,7 @@ impl<S: SqlStore> Tx<S> {
         warn_if_long(&sh, self.opened);
         let Some(claim) = self.claim.clone() else {
             // No claim (a run without idempotency): the business writes commit alone.
-            tx.commit().await?;
+            sh.store.commit(tx).await?;
             return Ok(response.map(axum::body::Body::new));
         };
         if !claim.keeps(response.status(), response.headers(), &stored.trailers) {
@@ -282,24 +283,16 @@ impl<S: SqlStore> Tx<S> {
             let _ = tx.rollback().await;
             return Ok(response.map(axum::body::Body::new));
         }
-        let hot = self.first;
-        ensure_open(&sh, &mut tx, hot).await?;
         let result = if sh.store.atomic() {
-            match sh
+            let written = sh
                 .store
-                .complete_in(&mut tx, &sh.id, sh.token, &stored, sh.retention)
-                .await
-            {
-                Ok(()) => tx.commit().await.map_err(crate::TxError::from),
-                // Fenced on the hot path, where the guard was not asked (PostgreSQL): the
-                // usual cause is a takeover, but a handler's own `ROLLBACK` (the claim undone)
-                // looks the same; telling them apart costs a statement only on this rare path.
-                Err(StoreError::Fenced) if hot => match ensure_open(&sh, &mut tx, false).await {
-                    Ok(()) => Err(crate::TxError::Fenced),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(ended_or(&sh, e)),
+                .complete_in(&mut tx, &sh.id, sh.token, &stored, sh.retention, self.first)
+                .await;
+            match written {
+                Ok(()) => sh.store.commit(tx).await,
+                Err(e) => Err(e),
             }
+            .map_err(|e| reported(&sh, e))
         } else {
             // A split store: the intent, the business commit, then the stored response.
             let mut recorded = false;
@@ -335,21 +328,21 @@ impl<S: SqlStore> Tx<S> {
         let mut tx = self.take();
         let sh = Arc::clone(&self.shared);
         warn_if_long(&sh, self.opened);
-        ensure_open(&sh, &mut tx, false).await?;
         let request = sh
             .deferred_request
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .map(StoredRequest::encode);
-        if let Err(e) = sh
+        let written = sh
             .store
             .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease, request.as_deref())
-            .await
-        {
-            return Err(ended_or(&sh, e));
+            .await;
+        match written {
+            Ok(()) => sh.store.commit(tx).await,
+            Err(e) => Err(e),
         }
-        tx.commit().await?;
+        .map_err(|e| reported(&sh, e))?;
         *sh.deferred_request
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;

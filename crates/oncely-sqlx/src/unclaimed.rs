@@ -69,30 +69,19 @@ impl<DB: Database> KeyStore for UnclaimedStore<DB> {
 #[async_trait]
 impl<DB: Database> SqlStore for UnclaimedStore<DB> {
     type Database = DB;
-    async fn begin(&self) -> Result<Transaction<'static, DB>, StoreError> {
-        self.0.begin().await.map_err(StoreError::unavailable)
-    }
-    async fn answer_without_lock(
+    async fn claim_tx(
         &self,
         _: &ClaimRequest,
-    ) -> Result<Option<ClaimOutcome>, StoreError> {
-        Ok(None)
+    ) -> Result<(ClaimOutcome, Option<Transaction<'static, DB>>), StoreError> {
+        Ok((granted(), Some(self.begin().await?)))
     }
-    async fn claim_in(
+    async fn begin_phase(
         &self,
-        _: &mut DB::Connection,
-        _: &ClaimRequest,
-    ) -> Result<ClaimOutcome, StoreError> {
-        Ok(granted())
-    }
-    async fn renew_in(
-        &self,
-        _: &mut DB::Connection,
         _: &RecordKey,
         _: FencingToken,
         _: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        Ok(UnixMillis::MAX)
+    ) -> Result<Transaction<'static, DB>, StoreError> {
+        self.begin().await
     }
     async fn checkpoint_in(
         &self,
@@ -102,7 +91,7 @@ impl<DB: Database> SqlStore for UnclaimedStore<DB> {
         _: &str,
         _: Duration,
         _: Option<&[u8]>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), TxError> {
         Ok(())
     }
     async fn complete_in(
@@ -112,8 +101,15 @@ impl<DB: Database> SqlStore for UnclaimedStore<DB> {
         _: FencingToken,
         _: &StoredResponse,
         _: Duration,
-    ) -> Result<(), StoreError> {
+        _: bool,
+    ) -> Result<(), TxError> {
         Ok(())
+    }
+}
+
+impl<DB: Database> UnclaimedStore<DB> {
+    async fn begin(&self) -> Result<Transaction<'static, DB>, StoreError> {
+        self.0.begin().await.map_err(StoreError::unavailable)
     }
 }
 
