@@ -13,12 +13,12 @@ mod common;
 
 use async_trait::async_trait;
 use oncely_core::conformance::{LEASE, RETENTION, claim_req};
-use oncely_core::jobs::{
-    CompleterReport, Reaper, Redrive, RedriveError, RedrivePolicy, complete_abandoned, reap_all,
-};
 use oncely_core::{
     ClaimOutcome, ClaimRequest, Clock, IdempotencyKey, KeyStore, Maintenance, ManualClock,
     ReapReport, Record, RecordKey, Scope, StoreError, StoredResponse, SystemClock, UnixMillis,
+};
+use oncely_jobs::{
+    CompleterReport, Reaper, Redrive, RedriveError, RedrivePolicy, complete_abandoned, reap_all,
 };
 use oncely_postgres::PostgresStore;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
