@@ -12,7 +12,7 @@
 mod common;
 
 use async_trait::async_trait;
-use oncely_core::conformance::{LEASE, RETENTION, claim_req};
+use oncely_conformance::{LEASE, RETENTION, claim_req};
 use oncely_core::{
     ClaimOutcome, ClaimRequest, Clock, IdempotencyKey, KeyStore, Maintenance, ManualClock,
     ReapReport, Record, RecordKey, Scope, StoreError, StoredResponse, SystemClock, UnixMillis,
@@ -248,7 +248,7 @@ impl Redrive for Service {
             id.clone(),
             record.fingerprint,
             LEASE,
-            oncely_core::conformance::WINDOW,
+            oncely_conformance::WINDOW,
             RETENTION,
         )
         .with_request(Some(request.clone()));

@@ -30,7 +30,7 @@
 //! - Times come from the store's [`Clock`](crate::Clock) (or, for a store that documents it, the
 //!   server's own clock).
 //! - A store implements both traits, [`KeyStore`] and [`Maintenance`], and the shared
-//!   `conformance` suite (feature `conformance`), which covers both, must pass.
+//!   conformance suite (the crate `oncely-conformance`), which covers both, must pass.
 
 pub mod memory;
 mod wrapper;

@@ -4,7 +4,7 @@ use super::*;
 use crate::reaper::reap_all;
 use crate::redrive::RedriveError;
 use async_trait::async_trait;
-use oncely_core::conformance::{LEASE, RETENTION, WINDOW, claim_req, fresh_id};
+use oncely_conformance::{LEASE, RETENTION, WINDOW, claim_req, fresh_id};
 use oncely_core::{
     ClaimOutcome, ClaimRequest, Clock, KeyStore, ManualClock, MemoryStore, StoredResponse,
 };

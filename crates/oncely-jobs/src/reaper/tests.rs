@@ -2,7 +2,7 @@
 
 use super::*;
 use async_trait::async_trait;
-use oncely_core::conformance::{RETENTION, claim_req, fresh_id, tricky_response};
+use oncely_conformance::{RETENTION, claim_req, fresh_id, tricky_response};
 use oncely_core::{ClaimOutcome, KeyStore, ManualClock, MemoryStore, RecordKey};
 use std::sync::Mutex;
 
