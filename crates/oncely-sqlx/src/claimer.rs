@@ -16,15 +16,17 @@ use std::sync::{Arc, Mutex};
 ///
 /// - While the first request's transaction is open, its uncommitted claim holds the key: a
 ///   concurrent duplicate **waits** for it (PostgreSQL: on the key's unique-index entry, bounded
-///   by `PostgresStore::TX_LOCK_TIMEOUT`, 4 seconds; SQLite: for the write lock, bounded by the
+///   by `PostgresStore::TX_LOCK_TIMEOUT`, 4 seconds; MySQL and MariaDB: on the key's row,
+///   bounded by `innodb_lock_wait_timeout`, `MySqlStore::TX_LOCK_TIMEOUT`, 4 seconds, set by
+///   the transaction itself; SQLite: for the write lock, bounded by the
 ///   busy timeout, 5 seconds), then replays the committed response, or executes if the first
 ///   rolled back. Past the bound it gets `409 idempotency_request_in_flight` with `Retry-After`
-///   (PostgreSQL) or `503` (SQLite, where every writer, of any key, waits for the one write
+///   (PostgreSQL, MySQL) or `503` (SQLite, where every writer, of any key, waits for the one write
 ///   lock: keep transactions short).
 /// - A duplicate that reaches the process running the first request waits in that process,
 ///   holding no database connection ([`Claimer::local_wait`], up to
 ///   [`LOCAL_WAIT`](Self::LOCAL_WAIT), then `409`), and claims once the first's claim has
-///   committed (a replay: two statements on PostgreSQL, one on SQLite). So a burst of
+///   committed (a replay: two statements on PostgreSQL and MySQL, one on SQLite). So a burst of
 ///   retries of one slow request cannot take the pool's connections from other keys'
 ///   requests. Only the waits of duplicates that reach other processes happen in the
 ///   database, as above.
