@@ -7,7 +7,7 @@
 mod common;
 
 use common::{claim_req, fresh_id, redis_url, response};
-use oncely_core::conformance::fp;
+use oncely_conformance::fp;
 use oncely_core::{
     ClaimKind, ClaimOutcome, Clock, KeyStore, Maintenance, ManualClock, RecordKey, RecordState,
     StoredRequest,

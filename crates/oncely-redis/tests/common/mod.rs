@@ -1,7 +1,7 @@
 //! Helpers shared by the Redis integration tests.
 #![allow(dead_code, unreachable_pub)]
 
-use oncely_core::conformance::{RETENTION, WINDOW, fp};
+use oncely_conformance::{RETENTION, WINDOW, fp};
 use oncely_core::{ClaimRequest, IdempotencyKey, RecordKey, Scope, StoredResponse};
 use std::time::Duration;
 
