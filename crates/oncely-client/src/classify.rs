@@ -366,6 +366,18 @@ pub enum RetryReason {
 }
 
 impl RetryReason {
+    /// Whether the server said another request with this key is still running
+    /// (`409 idempotency_request_in_flight`, or its gRPC form): the server did not run this
+    /// attempt, so the retry schedule does not count it against the attempt limit
+    /// (`docs/DESIGN.md`, "In-use answer treated as failure").
+    pub fn is_in_flight(&self) -> bool {
+        match self {
+            Self::InFlight => true,
+            Self::Grpc { reason, .. } => *reason == Some(IN_FLIGHT_CODE),
+            _ => false,
+        }
+    }
+
     /// The budget price of retrying for this reason: throttling (`429`, in-flight) pays the
     /// throttle price, everything else the transient price.
     pub fn cost(&self) -> RetryCost {

@@ -72,7 +72,7 @@ const isGuardRefusal = (e) => e instanceof GuardRefusal;
 async function guardedSend(active, next, input, init) {
     if (active.deadline.remaining(active.clock.now()) <= 0)
         throw new GuardRefusal('deadline', active.maxSends);
-    if (active.sends >= active.maxSends)
+    if (active.sends >= active.maxSends + active.inFlight)
         throw new GuardRefusal('attempt-cap', active.maxSends);
     active.sends += 1;
     const response = await next(input, init);
@@ -245,7 +245,7 @@ export function withRetries(first, second) {
         delete rest.headers;
         delete rest.body;
         delete rest.signal;
-        const active = { sends: 0, maxSends: maxAttempts, deadline: call.deadline, clock, lastStatus: undefined };
+        const active = { sends: 0, maxSends: maxAttempts, inFlight: 0, deadline: call.deadline, clock, lastStatus: undefined };
         // The status of the previous attempt's response, if it got one (for an error raised before
         // the next attempt is sent).
         let previousStatus;
@@ -335,6 +335,8 @@ export function withRetries(first, second) {
             if (!prepared.replayable) {
                 throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE, { lastStatus, cause: lastError });
             }
+            if (reason.kind === 'in-flight')
+                active.inFlight += 1;
             const planned = call.planRetry({ maxAttempts, backoff: policy.backoff }, budget, reason, hintMs, clock.now(), policy.random);
             if ('stop' in planned)
                 throw giveUp(planned.stop.code, stopReason(planned.stop), { lastStatus, cause: lastError, ...stopExtra(planned.stop) });

@@ -128,6 +128,8 @@ export interface RetryingFetch {
 interface ActiveCall {
   sends: number;
   readonly maxSends: number;
+  /** Attempts answered 409 in flight: each allows one more send (the schedule does not count them). */
+  inFlight: number;
   readonly deadline: Deadline;
   readonly clock: Clock;
   lastStatus: number | undefined;
@@ -176,7 +178,7 @@ const isGuardRefusal = (e: unknown): e is GuardRefusal => e instanceof GuardRefu
 
 async function guardedSend(active: ActiveCall, next: FetchLike, input: string | URL | Request, init?: RequestInit): Promise<Response> {
   if (active.deadline.remaining(active.clock.now()) <= 0) throw new GuardRefusal('deadline', active.maxSends);
-  if (active.sends >= active.maxSends) throw new GuardRefusal('attempt-cap', active.maxSends);
+  if (active.sends >= active.maxSends + active.inFlight) throw new GuardRefusal('attempt-cap', active.maxSends);
   active.sends += 1;
   const response = await next(input, init);
   active.lastStatus = response.status;
@@ -399,7 +401,7 @@ export function withRetries(
     delete rest.body;
     delete rest.signal;
 
-    const active: ActiveCall = { sends: 0, maxSends: maxAttempts, deadline: call.deadline, clock, lastStatus: undefined };
+    const active: ActiveCall = { sends: 0, maxSends: maxAttempts, inFlight: 0, deadline: call.deadline, clock, lastStatus: undefined };
 
     // The status of the previous attempt's response, if it got one (for an error raised before
     // the next attempt is sent).
@@ -493,6 +495,7 @@ export function withRetries(
       if (!prepared.replayable) {
         throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE, { lastStatus, cause: lastError });
       }
+      if (reason.kind === 'in-flight') active.inFlight += 1;
       const planned = call.planRetry({ maxAttempts, backoff: policy.backoff }, budget, reason, hintMs, clock.now(), policy.random);
       if ('stop' in planned) throw giveUp(planned.stop.code, stopReason(planned.stop), { lastStatus, cause: lastError, ...stopExtra(planned.stop) });
       const plan = planned.plan;

@@ -95,6 +95,27 @@ def test_in_flight_conflict_is_retried_with_the_same_key_at_the_throttle_price(m
     assert h.transport.budget.available == 500
 
 
+def test_in_flight_answers_do_not_count_against_max_attempts(mode: str) -> None:
+    # docs/DESIGN.md, "In-use answer treated as failure": five in-flight answers under the
+    # default limit of 3 attempts, each with Retry-After: 1, then the replay, inside 30 s.
+    in_flight = problem(409, "idempotency_request_in_flight", True, retry_after="1")
+    h = Harness(mode, script(in_flight, in_flight, in_flight, in_flight, in_flight, status(201)))
+    r = h.request("POST", content=b"{}")
+    assert r.status_code == 201
+    assert len(h.seen) == 6
+    assert len(set(h.keys)) == 1 and h.keys[0] is not None
+    assert len(h.clock.sleeps) == 5 and min(h.clock.sleeps) >= 1.0
+
+
+def test_other_failures_still_count_between_in_flight_answers(mode: str) -> None:
+    in_flight = problem(409, "idempotency_request_in_flight", True)
+    h = Harness(mode, script(status(503), in_flight, in_flight, status(503), status(503), status(201)))
+    with pytest.raises(oncely.AttemptsExhausted) as e:
+        h.request("POST", content=b"{}")
+    assert len(h.seen) == 5
+    assert e.value.attempts == 5 and e.value.last_status == 503
+
+
 def test_other_409s_and_422_are_returned(mode: str) -> None:
     h = Harness(mode, script(problem(409, "idempotency_response_not_retained", False)))
     r = h.request("POST", content=b"{}")

@@ -257,6 +257,26 @@ test('problem+json: the in-flight 409 is retried with the same key, retryable fa
   assert.equal(b.fetch.requests.length, 1);
 });
 
+test('in-flight 409s do not count against maxAttempts: five under the default 3, then the replay', async () => {
+  // docs/DESIGN.md, "In-use answer treated as failure".
+  const inFlight = () => problem(409, { code: 'idempotency_request_in_flight', retryable: true }, { 'retry-after': '1' });
+  const a = setup([inFlight(), inFlight(), inFlight(), inFlight(), inFlight(), answer(201)]);
+  const r = await a.retrying(URL_, { method: 'POST', body: '{}' });
+  assert.equal(r.status, 201);
+  assert.equal(a.fetch.requests.length, 6);
+  assert.equal(new Set(a.fetch.requests.map((q) => q.key)).size, 1);
+  // Each wait is max(Retry-After, the jittered backoff, which keeps growing with every retry).
+  assert.deepEqual(a.clock.sleeps, [1000, 1000, 1000, 2000, 4000]);
+  // Other failures still count: 503, two in-flight answers, 503, 503 ends after five attempts.
+  const bare = () => problem(409, { code: 'idempotency_request_in_flight', retryable: true });
+  const b = setup([answer(503), bare(), bare(), answer(503), answer(503), answer(201)]);
+  const e = await rejection(b.retrying(URL_, { method: 'POST', body: '{}' }));
+  assert.equal(e.code, 'ATTEMPTS_EXHAUSTED');
+  assert.equal(e.attempts, 5);
+  assert.equal(e.lastStatus, 503);
+  assert.equal(b.fetch.requests.length, 5);
+});
+
 test('a broken error body on a retryable status counts as that status', async () => {
   const broken = () =>
     new Response(

@@ -164,6 +164,9 @@ class _ActiveCall:
         self.end = end
         self.clock = clock
         self.sends = 0
+        # Attempts answered 409 in flight: each allows one more send, as the schedule does not
+        # count them against the attempt limit.
+        self.in_flight = 0
         self.last_status: Optional[int] = None
         self._lock = threading.Lock()
 
@@ -172,7 +175,7 @@ class _ActiveCall:
         if self.clock.monotonic() >= self.end:
             raise _Refused(True, self.max_sends)
         with self._lock:
-            if self.sends >= self.max_sends:
+            if self.sends >= self.max_sends + self.in_flight:
                 raise _Refused(False, self.max_sends)
             self.sends += 1
 
@@ -641,6 +644,9 @@ class _Call:
             err = self.error(stop, last_status, outcome.problem, outcome.error)
             return _Step(close=response, error=err, cause=outcome.error)
         core = self.core
+        if reason.kind == "in_flight":
+            with self.active._lock:
+                self.active.in_flight += 1
         try:
             plan = self.state.plan_retry(
                 self.policy, core.budget, reason, outcome.hint, core.clock.monotonic(), core.rng
