@@ -265,6 +265,23 @@ def test_caller_timeouts_shorter_than_the_attempt_timeout_are_kept(mode: str) ->
     assert seen[1] == {"connect": 3.0, "read": 10.0, "write": 10.0, "pool": 10.0}
 
 
+def test_the_quick_start_client_gets_the_documented_10_s_attempts_not_httpx_5_s(mode: str) -> None:
+    # httpx.Client(transport=oncely.RetryTransport()) with no timeout= carries httpx's default
+    # 5 s on every request; the attempts must still get min(10 s, time left).
+    seen: List[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(dict(request.extensions["timeout"]))
+        return httpx.Response(200)
+
+    h = Harness(mode, handler)
+    h.request("GET")
+    assert seen == [{"connect": 3.0, "read": 10.0, "write": 10.0, "pool": 10.0}]
+    # A shorter attempt timeout is the policy's (or the call's) to set.
+    h.request("GET", extensions={"oncely": {"attempt_timeout": 5.0}})
+    assert seen[1] == {"connect": 3.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+
+
 def test_no_sleep_ends_past_the_deadline(mode: str) -> None:
     clock = FakeClock()
 

@@ -245,6 +245,22 @@ def _seconds_or_none(value: float) -> Optional[float]:
     return None if math.isinf(value) else value
 
 
+#: httpx's own default timeouts (``httpx.Timeout(5.0)``), which every client without a
+#: ``timeout=`` argument puts on each request.
+_HTTPX_DEFAULT_TIMEOUTS = httpx.Timeout(5.0).as_dict()
+
+
+def _caller_timeouts(value: object) -> Mapping[str, object]:
+    """The timeouts of the request that cap each attempt: the caller's own. httpx's default
+    (5 s for each of the four) is not a choice of the caller but what every client without a
+    ``timeout=`` carries: it would cut the policy's attempt timeout (10 s) in half, so it is left
+    out, and each attempt gets ``min(attempt timeout, time left)`` (``docs/CONTRACT.md``,
+    "Retrying"). A caller who wants 5 s attempts says so with ``attempt_timeout=5.0``."""
+    if not isinstance(value, Mapping) or dict(value) == _HTTPX_DEFAULT_TIMEOUTS:
+        return {}
+    return value
+
+
 def _cut(value: object, limit: float) -> Optional[float]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _seconds_or_none(min(float(value), limit))
@@ -404,7 +420,7 @@ class _Call:
         self.key: Optional[str] = None
         self.original_timeout = request.extensions.get("timeout")
         base = self.original_timeout
-        self.base_timeout: Mapping[str, object] = base if isinstance(base, Mapping) else {}
+        self.base_timeout: Mapping[str, object] = _caller_timeouts(base)
         self.attempt_timeouts: Dict[str, Optional[float]] = {}
         self.active = _ActiveCall(
             self.policy.max_attempts, self.state.start + self.policy.deadline, core.clock
