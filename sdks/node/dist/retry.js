@@ -364,7 +364,14 @@ export function withRetries(first, second) {
             debug('retrying: attempt=%d next_attempt=%d reason=%s error=%s method=%s url=%s wait_ms=%d wait_source=%s backoff_ms=%d retry_after_ms=%s tokens_left=%s cost=%s key=%s', event.attempt, event.nextAttempt, event.reason, lastError === undefined ? '-' : String(lastError?.message ?? lastError), method, url, Math.round(plan.waitMs), plan.source, Math.round(plan.backoffMs), plan.hintMs === undefined ? '-' : Math.round(plan.hintMs), plan.tokensLeft ?? '-', plan.cost ?? '-', key ?? '-');
             if (policy.onRetry) {
                 try {
-                    policy.onRetry(event);
+                    // An async hook is not awaited (it never delays the retry), but its rejection is
+                    // caught like a throw: a hook's bug never ends the process or the call.
+                    const returned = policy.onRetry(event);
+                    if (returned !== null && typeof returned === 'object' && typeof returned.then === 'function') {
+                        Promise.resolve(returned).catch((hookError) => {
+                            debug('the onRetry hook rejected; ignored: %s', String(hookError));
+                        });
+                    }
                 }
                 catch (hookError) {
                     debug('the onRetry hook threw; ignored: %s', String(hookError));

@@ -91,8 +91,11 @@ export interface RetryPolicyOptions {
    * `{ capacity: 500, transientCost: 14, throttleCost: 5, successRefund: 1 }`.
    */
   budget?: Partial<BudgetConfig> | RetryBudget | null;
-  /** Called before every retry's sleep; an exception it throws is logged and ignored. */
-  onRetry?: (event: RetryEvent) => void;
+  /**
+   * Called before every retry's sleep; an exception it throws, or a rejection of the promise
+   * an `async` hook returns (not awaited: it never delays the retry), is logged and ignored.
+   */
+  onRetry?: (event: RetryEvent) => void | Promise<void>;
   /** An extra retry signal read from error responses (see `classify`). */
   classifier?: ResponseClassifier;
   /** Makes the key of a call that has none (default `crypto.randomUUID()`); checked like a caller's. */
@@ -112,7 +115,7 @@ export interface RetryPolicy {
   readonly retry500: boolean;
   readonly mintKeys: boolean;
   readonly budget: RetryBudget | null;
-  readonly onRetry: ((event: RetryEvent) => void) | undefined;
+  readonly onRetry: ((event: RetryEvent) => void | Promise<void>) | undefined;
   readonly classifier: ResponseClassifier | undefined;
   readonly makeKey: MakeIdempotencyKey;
   readonly clock: Clock;

@@ -536,7 +536,14 @@ export function withRetries(
       );
       if (policy.onRetry) {
         try {
-          policy.onRetry(event);
+          // An async hook is not awaited (it never delays the retry), but its rejection is
+          // caught like a throw: a hook's bug never ends the process or the call.
+          const returned: unknown = policy.onRetry(event);
+          if (returned !== null && typeof returned === 'object' && typeof (returned as PromiseLike<unknown>).then === 'function') {
+            Promise.resolve(returned).catch((hookError: unknown) => {
+              debug('the onRetry hook rejected; ignored: %s', String(hookError));
+            });
+          }
         } catch (hookError) {
           debug('the onRetry hook threw; ignored: %s', String(hookError));
         }

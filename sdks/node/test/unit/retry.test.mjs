@@ -438,6 +438,30 @@ test('onRetry is told attempt, cause, next wait and key; a hook that throws chan
   assert.deepEqual(retrying.metrics(), { calls: 1, attempts: 3, retries: 2, retryAfterWaits: 1, keysMinted: 1, errors: {} });
 });
 
+test('an async onRetry hook that rejects changes nothing and leaves no unhandled rejection', async () => {
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    const events = [];
+    const { retrying, fetch } = setup([answer(503), answer(503), answer(201)], {
+      onRetry: async (e) => {
+        events.push(e.attempt);
+        throw new Error('async hook bug');
+      },
+    });
+    assert.equal((await retrying(URL_, { method: 'POST' })).status, 201);
+    assert.deepEqual(events, [1, 2]);
+    assert.equal(fetch.requests.length, 3);
+    // Unhandled rejections are reported after the microtask queue drains.
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+  }
+});
+
 test('two layers of ours never multiply attempts and keep one key', async () => {
   const fetch = scriptedFetch([answer(503)]);
   const clock = new FakeClock();
