@@ -217,28 +217,44 @@ export function sendGuard(fetchImpl: FetchLike = (i, n) => globalThis.fetch(i, n
  * by one entry per attempt. Here the link to the caller's signal is removed when the attempt
  * is over (`unlink`) or when its timeout fires, whichever comes first.
  */
-function linkSignals(caller: AbortSignal | undefined, timeout: AbortSignal): { signal: AbortSignal; unlink: () => void } {
-  if (caller === undefined) return { signal: timeout, unlink: () => {} };
+/**
+ * The signal of one attempt: aborted by the caller's signal or by the attempt's timeout.
+ * `unlink` detaches both; `release` is for an attempt whose response is handed back to the
+ * caller: from then on the timeout no longer aborts it (the caller reads the body when it likes,
+ * even after the attempt's time is over), while the caller's signal still does until the
+ * timeout would have fired, when both are detached.
+ */
+function linkSignals(
+  caller: AbortSignal | undefined,
+  timeout: AbortSignal,
+): { signal: AbortSignal; unlink: () => void; release: () => void } {
   const controller = new AbortController();
+  let released = false;
   const unlink = () => {
-    caller.removeEventListener('abort', onCaller);
+    caller?.removeEventListener('abort', onCaller);
     timeout.removeEventListener('abort', onTimeout);
   };
   const onCaller = () => {
     unlink();
-    controller.abort(caller.reason);
+    controller.abort(caller?.reason);
   };
   const onTimeout = () => {
     unlink();
-    controller.abort(timeout.reason);
+    if (!released) controller.abort(timeout.reason);
   };
-  if (caller.aborted) controller.abort(caller.reason);
+  if (caller?.aborted) controller.abort(caller.reason);
   else if (timeout.aborted) controller.abort(timeout.reason);
   else {
-    caller.addEventListener('abort', onCaller, { once: true });
+    caller?.addEventListener('abort', onCaller, { once: true });
     timeout.addEventListener('abort', onTimeout, { once: true });
   }
-  return { signal: controller.signal, unlink };
+  return {
+    signal: controller.signal,
+    unlink,
+    release: () => {
+      released = true;
+    },
+  };
 }
 
 /** One attempt's result, classified. */
@@ -415,7 +431,7 @@ export function withRetries(
       const next = prepared.next();
       if (next === undefined) throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE);
       const timeout = clock.timeout(limit);
-      const { signal, unlink } = linkSignals(callerSignal, timeout);
+      const { signal, unlink, release } = linkSignals(callerSignal, timeout);
       // A copy per attempt: a layer below that edits the headers it is given (a vendor wrapper
       // setting its own key) cannot change what the next attempt sends.
       const attemptInit: RequestInit = { ...rest, headers: new Headers(headers), signal };
@@ -432,9 +448,11 @@ export function withRetries(
         if (e instanceof Aborted) throw aborted(e.inAttempt);
         throw e;
       }
-      // A response handed back stays linked to the caller's signal (its body may still be read)
-      // until the attempt's timeout fires; any other outcome is done with it now.
-      if (!(attempt.kind === 'response' && attempt.verdict.type !== 'retry')) unlink();
+      // A response handed back is final: the attempt's timeout no longer aborts it, so its body
+      // can be read later (it stays linked to the caller's signal until the timeout would have
+      // fired); any other outcome is done with the signal now.
+      if (attempt.kind === 'response' && attempt.verdict.type !== 'retry') release();
+      else unlink();
 
       // More requests went out than this attempt: a retry layer below us re-sent it.
       const sent = active.sends - sendsBefore;
