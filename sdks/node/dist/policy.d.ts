@@ -119,10 +119,19 @@ export interface RetryPolicy {
 /** Normalises an attempt count: an integer `>= 1` (0 counts as 1, as in the Rust SDK). */
 export declare function attemptCount(name: string, value: unknown, fallback: number): number;
 /**
+ * Checks that `value` is a plain options object whose members are all among `known`: a
+ * misspelt option (`maxAtempts`) would otherwise be ignored without a word and its default
+ * used. Members whose value is `undefined` count like absent ones only if their name is known.
+ *
+ * @throws TypeError naming the unknown option, or for a value that is not an object.
+ */
+export declare function knownOptions(what: string, value: unknown, known: readonly string[]): void;
+/**
  * Validates options into a policy.
  *
  * @throws RangeError for a negative, non-finite or too large duration (more than 2^31 - 1
  * milliseconds, the limit of Node's timers), a non-integer attempt count, an unknown jitter.
+ * @throws TypeError for an unknown option name (`maxAtempts`), or options that are not an object.
  */
 export declare function resolvePolicy(options?: RetryPolicyOptions): RetryPolicy;
 /** Checks a per-call deadline override, in milliseconds. */

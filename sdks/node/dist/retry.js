@@ -28,12 +28,29 @@ import { debuglog } from 'node:util';
 import { discard, isJson, MAX_PROBLEM_BODY, prepareRequest, raceSignal, readSmallBody, rebuildResponse, replayedBody, } from './body.js';
 import { classifyResponse, classifyTransport, describeReason, parseProblem, } from './classify.js';
 import { isOncelyRetryError, OncelyAbortError, OncelyRetryError } from './errors.js';
-import { IDEMPOTENCY_KEY, keyProblem, needsKey } from './key.js';
-import { attemptCount, callDeadline, resolvePolicy } from './policy.js';
+import { hasSurroundingWhitespace, IDEMPOTENCY_KEY, keyProblem, needsKey, rawKeyValues } from './key.js';
+import { attemptCount, callDeadline, knownOptions, resolvePolicy } from './policy.js';
 import { retryAfterFromHeaders } from './retry-after.js';
 import { CallState, Deadline } from './schedule.js';
 import { transportOf } from './transport.js';
 const debug = debuglog('oncely');
+const CALL_OPTIONS = ['deadlineMs', 'maxAttempts', 'idempotencyKey', 'mintKeys', 'classifier'];
+/**
+ * Checks `init.oncely`: an object of known {@link CallOptions} members, a string key.
+ *
+ * @throws TypeError naming an unknown option (`deadlinMs`), for a value that is not an object,
+ * or for an `idempotencyKey` that is not a string.
+ */
+function callOptions(value) {
+    if (value === undefined)
+        return {};
+    knownOptions('init.oncely', value, CALL_OPTIONS);
+    const options = value;
+    if (options.idempotencyKey !== undefined && typeof options.idempotencyKey !== 'string') {
+        throw new TypeError(`oncely: init.oncely.idempotencyKey must be a string, got ${typeof options.idempotencyKey}`);
+    }
+    return options;
+}
 /**
  * One logical call at a time per async context: an inner `withRetries` (or a
  * {@link sendGuard}) sees the outer call and passes each attempt straight through.
@@ -182,7 +199,7 @@ export function withRetries(first, second) {
         return runCall(input, init);
     };
     async function runCall(input, init) {
-        const options = init?.oncely ?? {};
+        const options = callOptions(init?.oncely);
         const maxAttempts = attemptCount('oncely.maxAttempts', options.maxAttempts, policy.maxAttempts);
         const deadlineMs = callDeadline(options.deadlineMs, policy.deadlineMs);
         const mint = options.mintKeys ?? policy.mintKeys;
@@ -228,6 +245,11 @@ export function withRetries(first, second) {
                 if (headerKey !== undefined && headerKey !== options.idempotencyKey) {
                     throw giveUp('INVALID_IDEMPOTENCY_KEY', 'invalid idempotency key, nothing sent: the Idempotency-Key header and oncely.idempotencyKey differ');
                 }
+            }
+            const spaced = [...rawKeyValues(init?.headers), ...(options.idempotencyKey === undefined ? [] : [options.idempotencyKey])].find(hasSurroundingWhitespace);
+            if (spaced !== undefined) {
+                key = spaced;
+                throw giveUp('INVALID_IDEMPOTENCY_KEY', 'invalid idempotency key, nothing sent: the key has leading or trailing whitespace, which the server drops (RFC 9110 section 5.5), so it would store another key than this one');
             }
             if (key !== undefined) {
                 const problem = keyProblem(key);

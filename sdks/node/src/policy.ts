@@ -141,13 +141,44 @@ export function attemptCount(name: string, value: unknown, fallback: number): nu
   return Math.max(1, value);
 }
 
+const POLICY_OPTIONS: readonly (keyof RetryPolicyOptions)[] = [
+  'maxAttempts', 'deadlineMs', 'attemptTimeoutMs', 'backoff', 'retry500', 'mintKeys', 'budget',
+  'onRetry', 'classifier', 'makeKey', 'clock', 'random',
+];
+const BACKOFF_OPTIONS: readonly (keyof Backoff)[] = ['jitter', 'baseMs', 'capMs'];
+const BUDGET_OPTIONS: readonly (keyof BudgetConfig)[] = ['capacity', 'transientCost', 'throttleCost', 'successRefund'];
+
+/**
+ * Checks that `value` is a plain options object whose members are all among `known`: a
+ * misspelt option (`maxAtempts`) would otherwise be ignored without a word and its default
+ * used. Members whose value is `undefined` count like absent ones only if their name is known.
+ *
+ * @throws TypeError naming the unknown option, or for a value that is not an object.
+ */
+export function knownOptions(what: string, value: unknown, known: readonly string[]): void {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new TypeError(`oncely: ${what} must be an object, got ${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value}`);
+  }
+  for (const name of Object.keys(value)) {
+    if (!known.includes(name)) {
+      throw new TypeError(`oncely: unknown option ${JSON.stringify(name)} in ${what} (known: ${known.join(', ')})`);
+    }
+  }
+}
+
 /**
  * Validates options into a policy.
  *
  * @throws RangeError for a negative, non-finite or too large duration (more than 2^31 - 1
  * milliseconds, the limit of Node's timers), a non-integer attempt count, an unknown jitter.
+ * @throws TypeError for an unknown option name (`maxAtempts`), or options that are not an object.
  */
 export function resolvePolicy(options: RetryPolicyOptions = {}): RetryPolicy {
+  knownOptions('the options of withRetries', options, POLICY_OPTIONS);
+  if (options.backoff !== undefined) knownOptions('backoff', options.backoff, BACKOFF_OPTIONS);
+  if (options.budget !== undefined && options.budget !== null && !(options.budget instanceof RetryBudget)) {
+    knownOptions('budget', options.budget, BUDGET_OPTIONS);
+  }
   const b = { ...DEFAULT_BACKOFF, ...options.backoff };
   if (b.jitter !== 'full' && b.jitter !== 'decorrelated') {
     throw new RangeError(`oncely: backoff.jitter must be 'full' or 'decorrelated', got ${String(b.jitter)}`);

@@ -52,8 +52,8 @@ import {
 } from './classify.js';
 import type { Clock } from './clock.js';
 import { isOncelyRetryError, OncelyAbortError, OncelyRetryError, type OncelyErrorCode } from './errors.js';
-import { IDEMPOTENCY_KEY, keyProblem, needsKey } from './key.js';
-import { attemptCount, callDeadline, resolvePolicy, type RetryEvent, type RetryPolicy, type RetryPolicyOptions } from './policy.js';
+import { hasSurroundingWhitespace, IDEMPOTENCY_KEY, keyProblem, needsKey, rawKeyValues } from './key.js';
+import { attemptCount, callDeadline, knownOptions, resolvePolicy, type RetryEvent, type RetryPolicy, type RetryPolicyOptions } from './policy.js';
 import { retryAfterFromHeaders } from './retry-after.js';
 import { CallState, Deadline, type StopPlan } from './schedule.js';
 import { transportOf } from './transport.js';
@@ -88,6 +88,24 @@ export interface CallOptions {
   mintKeys?: boolean;
   /** This call's response hook instead of the policy's. */
   classifier?: ResponseClassifier;
+}
+
+const CALL_OPTIONS: readonly (keyof CallOptions)[] = ['deadlineMs', 'maxAttempts', 'idempotencyKey', 'mintKeys', 'classifier'];
+
+/**
+ * Checks `init.oncely`: an object of known {@link CallOptions} members, a string key.
+ *
+ * @throws TypeError naming an unknown option (`deadlinMs`), for a value that is not an object,
+ * or for an `idempotencyKey` that is not a string.
+ */
+function callOptions(value: unknown): CallOptions {
+  if (value === undefined) return {};
+  knownOptions('init.oncely', value, CALL_OPTIONS);
+  const options = value as CallOptions;
+  if (options.idempotencyKey !== undefined && typeof options.idempotencyKey !== 'string') {
+    throw new TypeError(`oncely: init.oncely.idempotencyKey must be a string, got ${typeof options.idempotencyKey}`);
+  }
+  return options;
 }
 
 /** `RequestInit` with this SDK's per-call options. */
@@ -326,7 +344,7 @@ export function withRetries(
   };
 
   async function runCall(input: string | URL | Request, init: OncelyRequestInit | undefined): Promise<Response> {
-    const options: CallOptions = init?.oncely ?? {};
+    const options = callOptions(init?.oncely);
     const maxAttempts = attemptCount('oncely.maxAttempts', options.maxAttempts, policy.maxAttempts);
     const deadlineMs = callDeadline(options.deadlineMs, policy.deadlineMs);
     const mint = options.mintKeys ?? policy.mintKeys;
@@ -391,6 +409,14 @@ export function withRetries(
             'invalid idempotency key, nothing sent: the Idempotency-Key header and oncely.idempotencyKey differ',
           );
         }
+      }
+      const spaced = [...rawKeyValues(init?.headers), ...(options.idempotencyKey === undefined ? [] : [options.idempotencyKey])].find(hasSurroundingWhitespace);
+      if (spaced !== undefined) {
+        key = spaced;
+        throw giveUp(
+          'INVALID_IDEMPOTENCY_KEY',
+          'invalid idempotency key, nothing sent: the key has leading or trailing whitespace, which the server drops (RFC 9110 section 5.5), so it would store another key than this one',
+        );
       }
       if (key !== undefined) {
         const problem = keyProblem(key);

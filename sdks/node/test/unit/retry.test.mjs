@@ -54,6 +54,43 @@ test("the caller's key is kept verbatim on every attempt, by header or by option
   assert.equal(b.fetch.requests[0].init.oncely, undefined, 'the oncely member is not passed down');
 });
 
+test('unknown option names and a non-object oncely member are TypeErrors naming the option, nothing sent', async () => {
+  assert.throws(() => withRetries(scriptedFetch([answer(201)]), { maxAtempts: 5 }), { name: 'TypeError', message: /"maxAtempts"/ });
+  assert.throws(() => withRetries({ deadlinMs: 5 }), { name: 'TypeError', message: /"deadlinMs"/ });
+  assert.throws(() => withRetries(fetch, { backoff: { base: 200 } }), { name: 'TypeError', message: /"base" in backoff/ });
+  assert.throws(() => withRetries(fetch, { budget: { cap: 1 } }), { name: 'TypeError', message: /"cap" in budget/ });
+  assert.throws(() => withRetries(fetch, 'fast'), TypeError);
+  const { fetch: f, retrying } = setup([answer(201)]);
+  for (const [oncely, pattern] of [
+    [{ deadlinMs: 100 }, /"deadlinMs" in init.oncely/],
+    [{ attempt_timeout_ms: 500 }, /"attempt_timeout_ms"/],
+    ['garbage', /init.oncely must be an object, got string/],
+    [null, /init.oncely must be an object, got null/],
+    [{ idempotencyKey: 42 }, /idempotencyKey must be a string, got number/],
+  ]) {
+    await assert.rejects(retrying(URL_, { method: 'POST', oncely }), { name: 'TypeError', message: pattern }, JSON.stringify(oncely));
+  }
+  assert.equal(f.requests.length, 0);
+});
+
+test('a key with leading or trailing whitespace is refused before sending, by option or header', async () => {
+  for (const init of [
+    { oncely: { idempotencyKey: 'abc ' } },
+    { oncely: { idempotencyKey: ' abc' } },
+    { oncely: { idempotencyKey: 'abc\t' } },
+    { headers: { 'Idempotency-Key': 'abc ' } },
+    { headers: [['idempotency-key', ' abc']] },
+  ]) {
+    const { fetch, retrying } = setup([answer(201)]);
+    const e = await rejection(retrying(URL_, { method: 'POST', body: '{}', ...init }));
+    assert.ok(e instanceof OncelyRetryError, JSON.stringify(init));
+    assert.equal(e.code, 'INVALID_IDEMPOTENCY_KEY', JSON.stringify(init));
+    assert.equal(e.attempts, 0);
+    assert.match(e.message, /leading or trailing whitespace/);
+    assert.equal(fetch.requests.length, 0);
+  }
+});
+
 test('an invalid key is refused before anything is sent', async () => {
   for (const key of ['', 'a'.repeat(256), 'order 42', 'café-42', '"unbalanced']) {
     const { fetch, retrying } = setup([answer(201)]);
