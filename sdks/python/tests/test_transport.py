@@ -352,6 +352,20 @@ def test_invalid_caller_key_is_refused_before_sending(mode: str, bad: str) -> No
     assert h.seen == []
 
 
+@pytest.mark.parametrize("spaced", ["abc ", " abc", "abc\t", " abc "])
+def test_a_key_with_surrounding_whitespace_is_refused_before_sending(mode: str, spaced: str) -> None:
+    # The server drops the whitespace and would store "abc", not the key the caller keeps.
+    h = Harness(mode, script(status(201)))
+    with pytest.raises(oncely.InvalidIdempotencyKey) as info:
+        h.request("POST", content=b"{}", headers={"Idempotency-Key": spaced})
+    assert info.value.attempts == 0 and info.value.idempotency_key == spaced
+    assert "leading or trailing whitespace" in str(info.value)
+    with pytest.raises(oncely.InvalidIdempotencyKey) as info:
+        h.request("POST", content=b"{}", extensions={"oncely": CallOptions(idempotency_key=spaced)})
+    assert info.value.attempts == 0
+    assert h.seen == []
+
+
 def test_repeated_or_conflicting_keys_are_refused(mode: str) -> None:
     h = Harness(mode, script(status(201)))
     with pytest.raises(oncely.InvalidIdempotencyKey, match="sent 2 times"):

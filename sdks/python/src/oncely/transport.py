@@ -93,7 +93,15 @@ from .classify import (
     safe_to_repeat,
 )
 from .clock import Clock, SystemClock
-from .key import IDEMPOTENCY_KEY, KeyRuleError, check_key, needs_key, parse_key, uuid4_key
+from .key import (
+    IDEMPOTENCY_KEY,
+    KeyRuleError,
+    check_key,
+    has_surrounding_whitespace,
+    needs_key,
+    parse_key,
+    uuid4_key,
+)
 from .policy import EXTENSION, CallOptions, RetryPolicy
 from .retry_after import retry_after_from_values
 from .schedule import RETRY_AFTER, CallState, RetryPlan, Stop, deadline_exhausted
@@ -438,6 +446,18 @@ class _Call:
     def _set_key(self) -> None:
         wanted = self.options.idempotency_key
         raw = self._raw_keys()
+        given = raw + ([] if wanted is None else [wanted.encode("utf-8")])
+        spaced = next((v for v in given if has_surrounding_whitespace(v)), None)
+        if spaced is not None:
+            raise self.error(
+                Stop(
+                    "invalid_idempotency_key",
+                    "invalid idempotency key, nothing sent: the key has leading or trailing "
+                    "whitespace, which the server drops (RFC 9110 section 5.5), so it would store "
+                    "another key than this one",
+                ),
+                key=spaced.decode("latin-1"),
+            )
         if wanted is not None:
             try:
                 parse_key(wanted.encode("utf-8"))
