@@ -116,6 +116,11 @@ export interface RetryPolicy {
     readonly clock: Clock;
     readonly random: RandomSource;
 }
+/**
+ * Checks an attempt timeout, in milliseconds: a duration above 0 (an attempt that may take no
+ * time is never sent, so every call would end at once with `DEADLINE_EXHAUSTED`).
+ */
+export declare function attemptTimeout(name: string, value: unknown, fallback: number): number;
 /** Normalises an attempt count: an integer `>= 1` (0 counts as 1, as in the Rust SDK). */
 export declare function attemptCount(name: string, value: unknown, fallback: number): number;
 /**
@@ -130,7 +135,8 @@ export declare function knownOptions(what: string, value: unknown, known: readon
  * Validates options into a policy.
  *
  * @throws RangeError for a negative, non-finite or too large duration (more than 2^31 - 1
- * milliseconds, the limit of Node's timers), a non-integer attempt count, an unknown jitter.
+ * milliseconds, the limit of Node's timers), an attempt timeout of 0, a non-integer attempt
+ * count, an unknown jitter.
  * @throws TypeError for an unknown option name (`maxAtempts`), or options that are not an object.
  */
 export declare function resolvePolicy(options?: RetryPolicyOptions): RetryPolicy;

@@ -29,12 +29,12 @@ import { discard, isJson, MAX_PROBLEM_BODY, prepareRequest, raceSignal, readSmal
 import { classifyResponse, classifyTransport, describeReason, parseProblem, } from './classify.js';
 import { isOncelyRetryError, OncelyAbortError, OncelyRetryError } from './errors.js';
 import { hasSurroundingWhitespace, IDEMPOTENCY_KEY, keyProblem, needsKey, rawKeyValues } from './key.js';
-import { attemptCount, callDeadline, knownOptions, resolvePolicy } from './policy.js';
+import { attemptCount, attemptTimeout, callDeadline, knownOptions, resolvePolicy } from './policy.js';
 import { retryAfterFromHeaders } from './retry-after.js';
 import { CallState, Deadline } from './schedule.js';
 import { transportOf } from './transport.js';
 const debug = debuglog('oncely');
-const CALL_OPTIONS = ['deadlineMs', 'maxAttempts', 'idempotencyKey', 'mintKeys', 'classifier'];
+const CALL_OPTIONS = ['deadlineMs', 'maxAttempts', 'attemptTimeoutMs', 'idempotencyKey', 'mintKeys', 'classifier'];
 /**
  * Checks `init.oncely`: an object of known {@link CallOptions} members, a string key.
  *
@@ -202,6 +202,7 @@ export function withRetries(first, second) {
         const options = callOptions(init?.oncely);
         const maxAttempts = attemptCount('oncely.maxAttempts', options.maxAttempts, policy.maxAttempts);
         const deadlineMs = callDeadline(options.deadlineMs, policy.deadlineMs);
+        const attemptTimeoutMs = attemptTimeout('oncely.attemptTimeoutMs', options.attemptTimeoutMs, policy.attemptTimeoutMs);
         const mint = options.mintKeys ?? policy.mintKeys;
         const classifier = options.classifier ?? policy.classifier;
         const { clock, budget } = policy;
@@ -286,7 +287,7 @@ export function withRetries(first, second) {
         let previousStatus;
         for (;;) {
             const started = clock.now();
-            const limit = call.deadline.attemptLimit(started, policy.attemptTimeoutMs);
+            const limit = call.deadline.attemptLimit(started, attemptTimeoutMs);
             if (limit <= 0) {
                 throw giveUp('DEADLINE_EXHAUSTED', `overall deadline of ${deadlineMs} ms exhausted`, { lastStatus: previousStatus });
             }

@@ -132,6 +132,16 @@ function duration(name: string, value: unknown, fallback: number): number {
   return value;
 }
 
+/**
+ * Checks an attempt timeout, in milliseconds: a duration above 0 (an attempt that may take no
+ * time is never sent, so every call would end at once with `DEADLINE_EXHAUSTED`).
+ */
+export function attemptTimeout(name: string, value: unknown, fallback: number): number {
+  const ms = duration(name, value, fallback);
+  if (ms === 0) throw new RangeError(`oncely: ${name} must be more than 0 milliseconds`);
+  return ms;
+}
+
 /** Normalises an attempt count: an integer `>= 1` (0 counts as 1, as in the Rust SDK). */
 export function attemptCount(name: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
@@ -170,7 +180,8 @@ export function knownOptions(what: string, value: unknown, known: readonly strin
  * Validates options into a policy.
  *
  * @throws RangeError for a negative, non-finite or too large duration (more than 2^31 - 1
- * milliseconds, the limit of Node's timers), a non-integer attempt count, an unknown jitter.
+ * milliseconds, the limit of Node's timers), an attempt timeout of 0, a non-integer attempt
+ * count, an unknown jitter.
  * @throws TypeError for an unknown option name (`maxAtempts`), or options that are not an object.
  */
 export function resolvePolicy(options: RetryPolicyOptions = {}): RetryPolicy {
@@ -195,7 +206,7 @@ export function resolvePolicy(options: RetryPolicyOptions = {}): RetryPolicy {
   return Object.freeze({
     maxAttempts: attemptCount('maxAttempts', options.maxAttempts, DEFAULT_MAX_ATTEMPTS),
     deadlineMs: duration('deadlineMs', options.deadlineMs, DEFAULT_DEADLINE_MS),
-    attemptTimeoutMs: duration('attemptTimeoutMs', options.attemptTimeoutMs, DEFAULT_ATTEMPT_TIMEOUT_MS),
+    attemptTimeoutMs: attemptTimeout('attemptTimeoutMs', options.attemptTimeoutMs, DEFAULT_ATTEMPT_TIMEOUT_MS),
     backoff,
     retry500: options.retry500 ?? false,
     mintKeys: options.mintKeys ?? true,

@@ -53,7 +53,7 @@ import {
 import type { Clock } from './clock.js';
 import { isOncelyRetryError, OncelyAbortError, OncelyRetryError, type OncelyErrorCode } from './errors.js';
 import { hasSurroundingWhitespace, IDEMPOTENCY_KEY, keyProblem, needsKey, rawKeyValues } from './key.js';
-import { attemptCount, callDeadline, knownOptions, resolvePolicy, type RetryEvent, type RetryPolicy, type RetryPolicyOptions } from './policy.js';
+import { attemptCount, attemptTimeout, callDeadline, knownOptions, resolvePolicy, type RetryEvent, type RetryPolicy, type RetryPolicyOptions } from './policy.js';
 import { retryAfterFromHeaders } from './retry-after.js';
 import { CallState, Deadline, type StopPlan } from './schedule.js';
 import { transportOf } from './transport.js';
@@ -79,6 +79,8 @@ export interface CallOptions {
   deadlineMs?: number;
   /** This call's total attempts instead of the policy's (1 disables retries for it). */
   maxAttempts?: number;
+  /** This call's per-attempt timeout instead of the policy's, in milliseconds (above 0). */
+  attemptTimeoutMs?: number;
   /**
    * This call's `Idempotency-Key` (the same as setting the header; an event-derived key such as
    * `order-confirm-${orderId}` is best). Checked with the server's rules before sending.
@@ -90,7 +92,7 @@ export interface CallOptions {
   classifier?: ResponseClassifier;
 }
 
-const CALL_OPTIONS: readonly (keyof CallOptions)[] = ['deadlineMs', 'maxAttempts', 'idempotencyKey', 'mintKeys', 'classifier'];
+const CALL_OPTIONS: readonly (keyof CallOptions)[] = ['deadlineMs', 'maxAttempts', 'attemptTimeoutMs', 'idempotencyKey', 'mintKeys', 'classifier'];
 
 /**
  * Checks `init.oncely`: an object of known {@link CallOptions} members, a string key.
@@ -347,6 +349,7 @@ export function withRetries(
     const options = callOptions(init?.oncely);
     const maxAttempts = attemptCount('oncely.maxAttempts', options.maxAttempts, policy.maxAttempts);
     const deadlineMs = callDeadline(options.deadlineMs, policy.deadlineMs);
+    const attemptTimeoutMs = attemptTimeout('oncely.attemptTimeoutMs', options.attemptTimeoutMs, policy.attemptTimeoutMs);
     const mint = options.mintKeys ?? policy.mintKeys;
     const classifier = options.classifier ?? policy.classifier;
     const { clock, budget } = policy;
@@ -450,7 +453,7 @@ export function withRetries(
     let previousStatus: number | undefined;
     for (;;) {
       const started = clock.now();
-      const limit = call.deadline.attemptLimit(started, policy.attemptTimeoutMs);
+      const limit = call.deadline.attemptLimit(started, attemptTimeoutMs);
       if (limit <= 0) {
         throw giveUp('DEADLINE_EXHAUSTED', `overall deadline of ${deadlineMs} ms exhausted`, { lastStatus: previousStatus });
       }

@@ -282,6 +282,13 @@ def test_the_quick_start_client_gets_the_documented_10_s_attempts_not_httpx_5_s(
     assert seen[1] == {"connect": 3.0, "read": 5.0, "write": 5.0, "pool": 5.0}
 
 
+def test_an_attempt_timeout_of_0_is_refused_as_invalid_policy() -> None:
+    with pytest.raises(ValueError, match="more than 0"):
+        RetryPolicy(attempt_timeout=0)
+    with pytest.raises(ValueError, match="more than 0"):
+        CallOptions(attempt_timeout=0.0)
+
+
 def test_no_sleep_ends_past_the_deadline(mode: str) -> None:
     clock = FakeClock()
 

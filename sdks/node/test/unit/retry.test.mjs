@@ -91,6 +91,14 @@ test('a key with leading or trailing whitespace is refused before sending, by op
   }
 });
 
+test('a per-call attemptTimeoutMs replaces the policy\'s; an attempt timeout of 0 is refused', async () => {
+  const { clock, retrying } = setup([answer(503), answer(201)]);
+  assert.equal((await retrying(URL_, { method: 'POST', oncely: { attemptTimeoutMs: 2_000 } })).status, 201);
+  assert.deepEqual(clock.timeouts, [2_000, 2_000]);
+  assert.throws(() => withRetries(fetch, { attemptTimeoutMs: 0 }), { name: 'RangeError', message: /more than 0/ });
+  await assert.rejects(retrying(URL_, { oncely: { attemptTimeoutMs: 0 } }), RangeError);
+});
+
 test('an invalid key is refused before anything is sent', async () => {
   for (const key of ['', 'a'.repeat(256), 'order 42', 'café-42', '"unbalanced']) {
     const { fetch, retrying } = setup([answer(201)]);
