@@ -551,6 +551,20 @@ pub fn needs_problem_body(status: StatusCode) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_in_flight_answer_over_http_and_grpc_is_told_apart() {
+        assert!(RetryReason::InFlight.is_in_flight());
+        let grpc = |reason| RetryReason::Grpc {
+            code: 10,
+            reason,
+            throttle: true,
+        };
+        assert!(grpc(Some(IN_FLIGHT_CODE)).is_in_flight());
+        assert!(!grpc(None).is_in_flight());
+        assert!(!RetryReason::Throttled.is_in_flight());
+        assert!(!RetryReason::ServerError(StatusCode::SERVICE_UNAVAILABLE).is_in_flight());
+    }
+
     static NO_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
 
     fn resp(status: u16, problem: Option<&Problem>) -> Outcome<'_> {
