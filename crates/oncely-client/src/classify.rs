@@ -366,6 +366,18 @@ pub enum RetryReason {
 }
 
 impl RetryReason {
+    /// Whether the server said another request with this key is still running
+    /// (`409 idempotency_request_in_flight`, or its gRPC form): the server did not run this
+    /// attempt, so the retry schedule does not count it against the attempt limit
+    /// (`docs/DESIGN.md`, "In-use answer treated as failure").
+    pub fn is_in_flight(&self) -> bool {
+        match self {
+            Self::InFlight => true,
+            Self::Grpc { reason, .. } => *reason == Some(IN_FLIGHT_CODE),
+            _ => false,
+        }
+    }
+
     /// The budget price of retrying for this reason: throttling (`429`, in-flight) pays the
     /// throttle price, everything else the transient price.
     pub fn cost(&self) -> RetryCost {
@@ -538,6 +550,20 @@ pub fn needs_problem_body(status: StatusCode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_in_flight_answer_over_http_and_grpc_is_told_apart() {
+        assert!(RetryReason::InFlight.is_in_flight());
+        let grpc = |reason| RetryReason::Grpc {
+            code: 10,
+            reason,
+            throttle: true,
+        };
+        assert!(grpc(Some(IN_FLIGHT_CODE)).is_in_flight());
+        assert!(!grpc(None).is_in_flight());
+        assert!(!RetryReason::Throttled.is_in_flight());
+        assert!(!RetryReason::ServerError(StatusCode::SERVICE_UNAVAILABLE).is_in_flight());
+    }
 
     static NO_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
 

@@ -81,10 +81,24 @@ pub fn is_valid_key(key: &str) -> bool {
 /// # Errors
 ///
 /// The [`KeyError`] the server would answer with (`idempotency_key_invalid`): empty, too long,
-/// not visible ASCII, badly quoted, or the header repeated.
+/// not visible ASCII, badly quoted, or the header repeated. A caller's key with leading or
+/// trailing spaces or tabs is refused too ([`KeyError::NotVisibleAscii`] at that position):
+/// the server drops them (they are not part of a header value, RFC 9110 section 5.5), so it
+/// would store another key than the one the caller keeps to retry with later; every Oncely SDK
+/// refuses such a key before sending.
 pub fn check_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, KeyError> {
     if !headers.contains_key(IDEMPOTENCY_KEY) {
         return Ok(None);
+    }
+    for value in headers.get_all(IDEMPOTENCY_KEY) {
+        let bytes = value.as_bytes();
+        let blank = |b: &u8| *b == b' ' || *b == b'\t';
+        if bytes.first().is_some_and(blank) {
+            return Err(KeyError::NotVisibleAscii(0));
+        }
+        if bytes.last().is_some_and(blank) {
+            return Err(KeyError::NotVisibleAscii(bytes.len() - 1));
+        }
     }
     IdempotencyKey::from_header_values(
         headers
@@ -128,6 +142,22 @@ mod tests {
         assert!(is_valid_key(&a));
         assert_eq!(a.len(), 36);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_key_with_surrounding_whitespace_is_refused() {
+        for (value, pos) in [("abc ", 3), (" abc", 0), ("abc\t", 3)] {
+            let mut headers = HeaderMap::new();
+            headers.insert(IDEMPOTENCY_KEY, http::HeaderValue::from_static(value));
+            assert_eq!(
+                check_key(&headers),
+                Err(KeyError::NotVisibleAscii(pos)),
+                "{value:?}"
+            );
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(IDEMPOTENCY_KEY, http::HeaderValue::from_static("abc"));
+        assert!(check_key(&headers).unwrap().is_some());
     }
 
     #[test]

@@ -324,6 +324,9 @@ struct ActiveCall(Arc<ActiveInner>);
 struct ActiveInner {
     sends: AtomicU32,
     max_sends: u32,
+    /// Attempts answered `409 idempotency_request_in_flight`: each one allows one more send,
+    /// since the schedule does not count them against the attempt limit.
+    in_flight: AtomicU32,
     deadline: Deadline,
     clock: Arc<dyn Clock>,
     /// The status of the last response that came back through the guard (0: none).
@@ -368,7 +371,10 @@ impl Middleware for SendGuard {
         let counted = inner
             .sends
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < inner.max_sends).then_some(n + 1)
+                let cap = inner
+                    .max_sends
+                    .saturating_add(inner.in_flight.load(Ordering::Acquire));
+                (n < cap).then_some(n + 1)
             });
         if counted.is_err() {
             return Err(reqwest_middleware::Error::middleware(Refused::AttemptCap(
@@ -612,6 +618,7 @@ impl Middleware for OncelyRetry {
         let active = ActiveCall(Arc::new(ActiveInner {
             sends: AtomicU32::new(0),
             max_sends: policy.max_attempts(),
+            in_flight: AtomicU32::new(0),
             deadline: *call.deadline(),
             clock: self.core.clock.clone(),
             last_status: AtomicU16::new(0),
@@ -849,6 +856,9 @@ impl OncelyRetry {
                 error: source.as_ref().map(|e| e.to_string()),
                 key: key.as_deref(),
             };
+            if reason.is_in_flight() {
+                active.0.in_flight.fetch_add(1, Ordering::AcqRel);
+            }
             if let Err(stop) = self
                 .core
                 .wait_to_retry(&mut call, &policy, reason, hint, log)

@@ -105,6 +105,9 @@ impl RetryPolicy {
     }
 
     /// Total attempts per logical call, the first included (minimum 1; 1 disables retries).
+    /// Attempts answered `409 idempotency_request_in_flight` are not counted: the call waits for
+    /// the first request's answer until the deadline (`docs/DESIGN.md`, "In-use answer treated
+    /// as failure").
     pub const fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = if attempts == 0 { 1 } else { attempts };
         self

@@ -3,7 +3,11 @@
 //!
 //! [`CallState`] is one logical call. [`CallState::plan_retry`] checks, in this order:
 //!
-//! 1. the attempt limit ([`StopReason::AttemptsExhausted`]);
+//! 1. the attempt limit ([`StopReason::AttemptsExhausted`]), which counts every attempt except
+//!    those answered `409 idempotency_request_in_flight` (the server ran nothing for them; the
+//!    call keeps waiting for the first request's answer until the deadline, the `Retry-After` of
+//!    each conflict a lower bound on its wait: `docs/DESIGN.md`, "In-use answer treated as
+//!    failure" and "A gateway that burned the key");
 //! 2. the deadline: no time left ([`StopReason::DeadlineExhausted`]);
 //! 3. the jittered backoff, combined with the server's `Retry-After` as a lower bound:
 //!    `wait = max(hint, jittered)` (RFC 9110 section 10.2.3 says how long to wait *at least*;
@@ -88,6 +92,7 @@ pub fn combine_wait(hint: Option<Duration>, jittered: Duration) -> (Duration, Wa
 pub struct CallState {
     deadline: Deadline,
     attempts: u32,
+    in_flight_answers: u32,
     previous_delay: Option<Duration>,
     last_retry_cost: Option<u32>,
 }
@@ -98,6 +103,7 @@ impl CallState {
         Self {
             deadline,
             attempts: 0,
+            in_flight_answers: 0,
             previous_delay: None,
             last_retry_cost: None,
         }
@@ -111,6 +117,18 @@ impl CallState {
     /// Attempts made so far.
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// Attempts answered `409 idempotency_request_in_flight` so far (retried without counting
+    /// against the attempt limit).
+    pub fn in_flight_answers(&self) -> u32 {
+        self.in_flight_answers
+    }
+
+    /// Attempts made so far that count against [`RetryPolicy::max_attempts`]: all of them but
+    /// those answered in flight.
+    pub fn counted_attempts(&self) -> u32 {
+        self.attempts.saturating_sub(self.in_flight_answers)
     }
 
     /// Records that an attempt is being made.
@@ -152,7 +170,13 @@ impl CallState {
         now: Instant,
         rng: &mut R,
     ) -> Result<RetryPlan, StopReason> {
-        if self.attempts >= policy.max_attempts() {
+        // The server ran nothing for an in-flight answer: waiting for the first request's
+        // answer is bounded by the deadline, not by the attempt limit (`docs/DESIGN.md`,
+        // "In-use answer treated as failure").
+        if reason.is_in_flight() {
+            self.in_flight_answers = self.in_flight_answers.saturating_add(1);
+        }
+        if self.counted_attempts() >= policy.max_attempts() {
             return Err(StopReason::AttemptsExhausted {
                 max_attempts: policy.max_attempts(),
             });
@@ -267,6 +291,40 @@ mod tests {
             c.plan_retry(&p, None, RetryReason::Throttled, None, start, &mut rng),
             Err(StopReason::AttemptsExhausted { max_attempts: 3 })
         );
+    }
+
+    #[test]
+    fn in_flight_answers_do_not_count_against_the_attempt_limit() {
+        let p = policy().with_deadline(Duration::from_secs(30));
+        let start = Instant::now();
+        let mut c = CallState::new(Deadline::starting_at(start, p.deadline()));
+        let mut rng = StdRng::seed_from_u64(3);
+        // Five in-flight answers in a row, the default limit of 3 attempts: still retried.
+        for n in 1..=5 {
+            c.record_attempt();
+            let plan = c.plan_retry(&p, None, RetryReason::InFlight, None, start, &mut rng);
+            assert!(plan.is_ok(), "in-flight answer {n}: {plan:?}");
+        }
+        assert_eq!((c.attempts(), c.counted_attempts()), (5, 0));
+        // Other retryable outcomes still count: three of them end the call.
+        for _ in 0..2 {
+            c.record_attempt();
+            assert!(
+                c.plan_retry(&p, None, RetryReason::Throttled, None, start, &mut rng)
+                    .is_ok()
+            );
+        }
+        c.record_attempt();
+        assert_eq!(
+            c.plan_retry(&p, None, RetryReason::Throttled, None, start, &mut rng),
+            Err(StopReason::AttemptsExhausted { max_attempts: 3 })
+        );
+        // The deadline still bounds the in-flight waits.
+        let late = start + Duration::from_secs(30);
+        assert!(matches!(
+            c.plan_retry(&p, None, RetryReason::InFlight, None, late, &mut rng),
+            Err(StopReason::DeadlineExhausted { .. })
+        ));
     }
 
     #[test]

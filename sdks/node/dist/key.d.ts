@@ -42,6 +42,18 @@ export declare function keyProblem(raw: string): {
     problem: KeyProblem;
     detail: string;
 } | undefined;
+/**
+ * Whether a caller's key has leading or trailing spaces or tabs. The server drops them (they are
+ * not part of a header value, RFC 9110 section 5.5), so it would see another key than the one the
+ * caller keeps to retry with later: such a key is refused before sending, in every Oncely SDK.
+ */
+export declare function hasSurroundingWhitespace(raw: string): boolean;
+/**
+ * The raw `Idempotency-Key` values of a `HeadersInit` given as a plain object or a list of
+ * pairs (a `Headers` object has already dropped surrounding whitespace, as the Fetch standard
+ * normalises values).
+ */
+export declare function rawKeyValues(init: unknown): string[];
 /** Whether a key is a valid `Idempotency-Key` value by the server's rules. */
 export declare function isValidKey(raw: string): boolean;
 /**

@@ -83,6 +83,30 @@ export function keyProblem(raw) {
     }
     return undefined;
 }
+/**
+ * Whether a caller's key has leading or trailing spaces or tabs. The server drops them (they are
+ * not part of a header value, RFC 9110 section 5.5), so it would see another key than the one the
+ * caller keeps to retry with later: such a key is refused before sending, in every Oncely SDK.
+ */
+export function hasSurroundingWhitespace(raw) {
+    return /^[ \t]|[ \t]$/.test(raw);
+}
+/**
+ * The raw `Idempotency-Key` values of a `HeadersInit` given as a plain object or a list of
+ * pairs (a `Headers` object has already dropped surrounding whitespace, as the Fetch standard
+ * normalises values).
+ */
+export function rawKeyValues(init) {
+    if (init === undefined || init === null || typeof init !== 'object' || init instanceof Headers)
+        return [];
+    const pairs = Array.isArray(init) ? init : Object.entries(init);
+    const values = [];
+    for (const pair of pairs) {
+        if (Array.isArray(pair) && pair.length === 2 && String(pair[0]).toLowerCase() === 'idempotency-key')
+            values.push(String(pair[1]));
+    }
+    return values;
+}
 /** Whether a key is a valid `Idempotency-Key` value by the server's rules. */
 export function isValidKey(raw) {
     return keyProblem(raw) === undefined;

@@ -87,8 +87,11 @@ export interface RetryPolicyOptions {
      * `{ capacity: 500, transientCost: 14, throttleCost: 5, successRefund: 1 }`.
      */
     budget?: Partial<BudgetConfig> | RetryBudget | null;
-    /** Called before every retry's sleep; an exception it throws is logged and ignored. */
-    onRetry?: (event: RetryEvent) => void;
+    /**
+     * Called before every retry's sleep; an exception it throws, or a rejection of the promise
+     * an `async` hook returns (not awaited: it never delays the retry), is logged and ignored.
+     */
+    onRetry?: (event: RetryEvent) => void | Promise<void>;
     /** An extra retry signal read from error responses (see `classify`). */
     classifier?: ResponseClassifier;
     /** Makes the key of a call that has none (default `crypto.randomUUID()`); checked like a caller's. */
@@ -107,19 +110,34 @@ export interface RetryPolicy {
     readonly retry500: boolean;
     readonly mintKeys: boolean;
     readonly budget: RetryBudget | null;
-    readonly onRetry: ((event: RetryEvent) => void) | undefined;
+    readonly onRetry: ((event: RetryEvent) => void | Promise<void>) | undefined;
     readonly classifier: ResponseClassifier | undefined;
     readonly makeKey: MakeIdempotencyKey;
     readonly clock: Clock;
     readonly random: RandomSource;
 }
+/**
+ * Checks an attempt timeout, in milliseconds: a duration above 0 (an attempt that may take no
+ * time is never sent, so every call would end at once with `DEADLINE_EXHAUSTED`).
+ */
+export declare function attemptTimeout(name: string, value: unknown, fallback: number): number;
 /** Normalises an attempt count: an integer `>= 1` (0 counts as 1, as in the Rust SDK). */
 export declare function attemptCount(name: string, value: unknown, fallback: number): number;
+/**
+ * Checks that `value` is a plain options object whose members are all among `known`: a
+ * misspelt option (`maxAtempts`) would otherwise be ignored without a word and its default
+ * used. Members whose value is `undefined` count like absent ones only if their name is known.
+ *
+ * @throws TypeError naming the unknown option, or for a value that is not an object.
+ */
+export declare function knownOptions(what: string, value: unknown, known: readonly string[]): void;
 /**
  * Validates options into a policy.
  *
  * @throws RangeError for a negative, non-finite or too large duration (more than 2^31 - 1
- * milliseconds, the limit of Node's timers), a non-integer attempt count, an unknown jitter.
+ * milliseconds, the limit of Node's timers), an attempt timeout of 0, a non-integer attempt
+ * count, an unknown jitter.
+ * @throws TypeError for an unknown option name (`maxAtempts`), or options that are not an object.
  */
 export declare function resolvePolicy(options?: RetryPolicyOptions): RetryPolicy;
 /** Checks a per-call deadline override, in milliseconds. */

@@ -37,6 +37,16 @@ function duration(name, value, fallback) {
     }
     return value;
 }
+/**
+ * Checks an attempt timeout, in milliseconds: a duration above 0 (an attempt that may take no
+ * time is never sent, so every call would end at once with `DEADLINE_EXHAUSTED`).
+ */
+export function attemptTimeout(name, value, fallback) {
+    const ms = duration(name, value, fallback);
+    if (ms === 0)
+        throw new RangeError(`oncely: ${name} must be more than 0 milliseconds`);
+    return ms;
+}
 /** Normalises an attempt count: an integer `>= 1` (0 counts as 1, as in the Rust SDK). */
 export function attemptCount(name, value, fallback) {
     if (value === undefined)
@@ -46,13 +56,44 @@ export function attemptCount(name, value, fallback) {
     }
     return Math.max(1, value);
 }
+const POLICY_OPTIONS = [
+    'maxAttempts', 'deadlineMs', 'attemptTimeoutMs', 'backoff', 'retry500', 'mintKeys', 'budget',
+    'onRetry', 'classifier', 'makeKey', 'clock', 'random',
+];
+const BACKOFF_OPTIONS = ['jitter', 'baseMs', 'capMs'];
+const BUDGET_OPTIONS = ['capacity', 'transientCost', 'throttleCost', 'successRefund'];
+/**
+ * Checks that `value` is a plain options object whose members are all among `known`: a
+ * misspelt option (`maxAtempts`) would otherwise be ignored without a word and its default
+ * used. Members whose value is `undefined` count like absent ones only if their name is known.
+ *
+ * @throws TypeError naming the unknown option, or for a value that is not an object.
+ */
+export function knownOptions(what, value, known) {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+        throw new TypeError(`oncely: ${what} must be an object, got ${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value}`);
+    }
+    for (const name of Object.keys(value)) {
+        if (!known.includes(name)) {
+            throw new TypeError(`oncely: unknown option ${JSON.stringify(name)} in ${what} (known: ${known.join(', ')})`);
+        }
+    }
+}
 /**
  * Validates options into a policy.
  *
  * @throws RangeError for a negative, non-finite or too large duration (more than 2^31 - 1
- * milliseconds, the limit of Node's timers), a non-integer attempt count, an unknown jitter.
+ * milliseconds, the limit of Node's timers), an attempt timeout of 0, a non-integer attempt
+ * count, an unknown jitter.
+ * @throws TypeError for an unknown option name (`maxAtempts`), or options that are not an object.
  */
 export function resolvePolicy(options = {}) {
+    knownOptions('the options of withRetries', options, POLICY_OPTIONS);
+    if (options.backoff !== undefined)
+        knownOptions('backoff', options.backoff, BACKOFF_OPTIONS);
+    if (options.budget !== undefined && options.budget !== null && !(options.budget instanceof RetryBudget)) {
+        knownOptions('budget', options.budget, BUDGET_OPTIONS);
+    }
     const b = { ...DEFAULT_BACKOFF, ...options.backoff };
     if (b.jitter !== 'full' && b.jitter !== 'decorrelated') {
         throw new RangeError(`oncely: backoff.jitter must be 'full' or 'decorrelated', got ${String(b.jitter)}`);
@@ -72,7 +113,7 @@ export function resolvePolicy(options = {}) {
     return Object.freeze({
         maxAttempts: attemptCount('maxAttempts', options.maxAttempts, DEFAULT_MAX_ATTEMPTS),
         deadlineMs: duration('deadlineMs', options.deadlineMs, DEFAULT_DEADLINE_MS),
-        attemptTimeoutMs: duration('attemptTimeoutMs', options.attemptTimeoutMs, DEFAULT_ATTEMPT_TIMEOUT_MS),
+        attemptTimeoutMs: attemptTimeout('attemptTimeoutMs', options.attemptTimeoutMs, DEFAULT_ATTEMPT_TIMEOUT_MS),
         backoff,
         retry500: options.retry500 ?? false,
         mintKeys: options.mintKeys ?? true,

@@ -45,6 +45,8 @@ export interface CallOptions {
     deadlineMs?: number;
     /** This call's total attempts instead of the policy's (1 disables retries for it). */
     maxAttempts?: number;
+    /** This call's per-attempt timeout instead of the policy's, in milliseconds (above 0). */
+    attemptTimeoutMs?: number;
     /**
      * This call's `Idempotency-Key` (the same as setting the header; an event-derived key such as
      * `order-confirm-${orderId}` is best). Checked with the server's rules before sending.

@@ -28,12 +28,29 @@ import { debuglog } from 'node:util';
 import { discard, isJson, MAX_PROBLEM_BODY, prepareRequest, raceSignal, readSmallBody, rebuildResponse, replayedBody, } from './body.js';
 import { classifyResponse, classifyTransport, describeReason, parseProblem, } from './classify.js';
 import { isOncelyRetryError, OncelyAbortError, OncelyRetryError } from './errors.js';
-import { IDEMPOTENCY_KEY, keyProblem, needsKey } from './key.js';
-import { attemptCount, callDeadline, resolvePolicy } from './policy.js';
+import { hasSurroundingWhitespace, IDEMPOTENCY_KEY, keyProblem, needsKey, rawKeyValues } from './key.js';
+import { attemptCount, attemptTimeout, callDeadline, knownOptions, resolvePolicy } from './policy.js';
 import { retryAfterFromHeaders } from './retry-after.js';
 import { CallState, Deadline } from './schedule.js';
 import { transportOf } from './transport.js';
 const debug = debuglog('oncely');
+const CALL_OPTIONS = ['deadlineMs', 'maxAttempts', 'attemptTimeoutMs', 'idempotencyKey', 'mintKeys', 'classifier'];
+/**
+ * Checks `init.oncely`: an object of known {@link CallOptions} members, a string key.
+ *
+ * @throws TypeError naming an unknown option (`deadlinMs`), for a value that is not an object,
+ * or for an `idempotencyKey` that is not a string.
+ */
+function callOptions(value) {
+    if (value === undefined)
+        return {};
+    knownOptions('init.oncely', value, CALL_OPTIONS);
+    const options = value;
+    if (options.idempotencyKey !== undefined && typeof options.idempotencyKey !== 'string') {
+        throw new TypeError(`oncely: init.oncely.idempotencyKey must be a string, got ${typeof options.idempotencyKey}`);
+    }
+    return options;
+}
 /**
  * One logical call at a time per async context: an inner `withRetries` (or a
  * {@link sendGuard}) sees the outer call and passes each attempt straight through.
@@ -72,7 +89,7 @@ const isGuardRefusal = (e) => e instanceof GuardRefusal;
 async function guardedSend(active, next, input, init) {
     if (active.deadline.remaining(active.clock.now()) <= 0)
         throw new GuardRefusal('deadline', active.maxSends);
-    if (active.sends >= active.maxSends)
+    if (active.sends >= active.maxSends + active.inFlight)
         throw new GuardRefusal('attempt-cap', active.maxSends);
     active.sends += 1;
     const response = await next(input, init);
@@ -111,31 +128,44 @@ export function sendGuard(fetchImpl = (i, n) => globalThis.fetch(i, n)) {
  * by one entry per attempt. Here the link to the caller's signal is removed when the attempt
  * is over (`unlink`) or when its timeout fires, whichever comes first.
  */
+/**
+ * The signal of one attempt: aborted by the caller's signal or by the attempt's timeout.
+ * `unlink` detaches both; `release` is for an attempt whose response is handed back to the
+ * caller: from then on the timeout no longer aborts it (the caller reads the body when it likes,
+ * even after the attempt's time is over), while the caller's signal still does until the
+ * timeout would have fired, when both are detached.
+ */
 function linkSignals(caller, timeout) {
-    if (caller === undefined)
-        return { signal: timeout, unlink: () => { } };
     const controller = new AbortController();
+    let released = false;
     const unlink = () => {
-        caller.removeEventListener('abort', onCaller);
+        caller?.removeEventListener('abort', onCaller);
         timeout.removeEventListener('abort', onTimeout);
     };
     const onCaller = () => {
         unlink();
-        controller.abort(caller.reason);
+        controller.abort(caller?.reason);
     };
     const onTimeout = () => {
         unlink();
-        controller.abort(timeout.reason);
+        if (!released)
+            controller.abort(timeout.reason);
     };
-    if (caller.aborted)
+    if (caller?.aborted)
         controller.abort(caller.reason);
     else if (timeout.aborted)
         controller.abort(timeout.reason);
     else {
-        caller.addEventListener('abort', onCaller, { once: true });
+        caller?.addEventListener('abort', onCaller, { once: true });
         timeout.addEventListener('abort', onTimeout, { once: true });
     }
-    return { signal: controller.signal, unlink };
+    return {
+        signal: controller.signal,
+        unlink,
+        release: () => {
+            released = true;
+        },
+    };
 }
 /** The caller's signal fired: stop now. */
 class Aborted {
@@ -169,9 +199,10 @@ export function withRetries(first, second) {
         return runCall(input, init);
     };
     async function runCall(input, init) {
-        const options = init?.oncely ?? {};
+        const options = callOptions(init?.oncely);
         const maxAttempts = attemptCount('oncely.maxAttempts', options.maxAttempts, policy.maxAttempts);
         const deadlineMs = callDeadline(options.deadlineMs, policy.deadlineMs);
+        const attemptTimeoutMs = attemptTimeout('oncely.attemptTimeoutMs', options.attemptTimeoutMs, policy.attemptTimeoutMs);
         const mint = options.mintKeys ?? policy.mintKeys;
         const classifier = options.classifier ?? policy.classifier;
         const { clock, budget } = policy;
@@ -216,6 +247,11 @@ export function withRetries(first, second) {
                     throw giveUp('INVALID_IDEMPOTENCY_KEY', 'invalid idempotency key, nothing sent: the Idempotency-Key header and oncely.idempotencyKey differ');
                 }
             }
+            const spaced = [...rawKeyValues(init?.headers), ...(options.idempotencyKey === undefined ? [] : [options.idempotencyKey])].find(hasSurroundingWhitespace);
+            if (spaced !== undefined) {
+                key = spaced;
+                throw giveUp('INVALID_IDEMPOTENCY_KEY', 'invalid idempotency key, nothing sent: the key has leading or trailing whitespace, which the server drops (RFC 9110 section 5.5), so it would store another key than this one');
+            }
             if (key !== undefined) {
                 const problem = keyProblem(key);
                 if (problem)
@@ -245,13 +281,13 @@ export function withRetries(first, second) {
         delete rest.headers;
         delete rest.body;
         delete rest.signal;
-        const active = { sends: 0, maxSends: maxAttempts, deadline: call.deadline, clock, lastStatus: undefined };
+        const active = { sends: 0, maxSends: maxAttempts, inFlight: 0, deadline: call.deadline, clock, lastStatus: undefined };
         // The status of the previous attempt's response, if it got one (for an error raised before
         // the next attempt is sent).
         let previousStatus;
         for (;;) {
             const started = clock.now();
-            const limit = call.deadline.attemptLimit(started, policy.attemptTimeoutMs);
+            const limit = call.deadline.attemptLimit(started, attemptTimeoutMs);
             if (limit <= 0) {
                 throw giveUp('DEADLINE_EXHAUSTED', `overall deadline of ${deadlineMs} ms exhausted`, { lastStatus: previousStatus });
             }
@@ -259,7 +295,7 @@ export function withRetries(first, second) {
             if (next === undefined)
                 throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE);
             const timeout = clock.timeout(limit);
-            const { signal, unlink } = linkSignals(callerSignal, timeout);
+            const { signal, unlink, release } = linkSignals(callerSignal, timeout);
             // A copy per attempt: a layer below that edits the headers it is given (a vendor wrapper
             // setting its own key) cannot change what the next attempt sends.
             const attemptInit = { ...rest, headers: new Headers(headers), signal };
@@ -278,9 +314,12 @@ export function withRetries(first, second) {
                     throw aborted(e.inAttempt);
                 throw e;
             }
-            // A response handed back stays linked to the caller's signal (its body may still be read)
-            // until the attempt's timeout fires; any other outcome is done with it now.
-            if (!(attempt.kind === 'response' && attempt.verdict.type !== 'retry'))
+            // A response handed back is final: the attempt's timeout no longer aborts it, so its body
+            // can be read later (it stays linked to the caller's signal until the timeout would have
+            // fired); any other outcome is done with the signal now.
+            if (attempt.kind === 'response' && attempt.verdict.type !== 'retry')
+                release();
+            else
                 unlink();
             // More requests went out than this attempt: a retry layer below us re-sent it.
             const sent = active.sends - sendsBefore;
@@ -335,6 +374,8 @@ export function withRetries(first, second) {
             if (!prepared.replayable) {
                 throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE, { lastStatus, cause: lastError });
             }
+            if (reason.kind === 'in-flight')
+                active.inFlight += 1;
             const planned = call.planRetry({ maxAttempts, backoff: policy.backoff }, budget, reason, hintMs, clock.now(), policy.random);
             if ('stop' in planned)
                 throw giveUp(planned.stop.code, stopReason(planned.stop), { lastStatus, cause: lastError, ...stopExtra(planned.stop) });
@@ -362,7 +403,14 @@ export function withRetries(first, second) {
             debug('retrying: attempt=%d next_attempt=%d reason=%s error=%s method=%s url=%s wait_ms=%d wait_source=%s backoff_ms=%d retry_after_ms=%s tokens_left=%s cost=%s key=%s', event.attempt, event.nextAttempt, event.reason, lastError === undefined ? '-' : String(lastError?.message ?? lastError), method, url, Math.round(plan.waitMs), plan.source, Math.round(plan.backoffMs), plan.hintMs === undefined ? '-' : Math.round(plan.hintMs), plan.tokensLeft ?? '-', plan.cost ?? '-', key ?? '-');
             if (policy.onRetry) {
                 try {
-                    policy.onRetry(event);
+                    // An async hook is not awaited (it never delays the retry), but its rejection is
+                    // caught like a throw: a hook's bug never ends the process or the call.
+                    const returned = policy.onRetry(event);
+                    if (returned !== null && typeof returned === 'object' && typeof returned.then === 'function') {
+                        Promise.resolve(returned).catch((hookError) => {
+                            debug('the onRetry hook rejected; ignored: %s', String(hookError));
+                        });
+                    }
                 }
                 catch (hookError) {
                     debug('the onRetry hook threw; ignored: %s', String(hookError));

@@ -52,8 +52,8 @@ import {
 } from './classify.js';
 import type { Clock } from './clock.js';
 import { isOncelyRetryError, OncelyAbortError, OncelyRetryError, type OncelyErrorCode } from './errors.js';
-import { IDEMPOTENCY_KEY, keyProblem, needsKey } from './key.js';
-import { attemptCount, callDeadline, resolvePolicy, type RetryEvent, type RetryPolicy, type RetryPolicyOptions } from './policy.js';
+import { hasSurroundingWhitespace, IDEMPOTENCY_KEY, keyProblem, needsKey, rawKeyValues } from './key.js';
+import { attemptCount, attemptTimeout, callDeadline, knownOptions, resolvePolicy, type RetryEvent, type RetryPolicy, type RetryPolicyOptions } from './policy.js';
 import { retryAfterFromHeaders } from './retry-after.js';
 import { CallState, Deadline, type StopPlan } from './schedule.js';
 import { transportOf } from './transport.js';
@@ -79,6 +79,8 @@ export interface CallOptions {
   deadlineMs?: number;
   /** This call's total attempts instead of the policy's (1 disables retries for it). */
   maxAttempts?: number;
+  /** This call's per-attempt timeout instead of the policy's, in milliseconds (above 0). */
+  attemptTimeoutMs?: number;
   /**
    * This call's `Idempotency-Key` (the same as setting the header; an event-derived key such as
    * `order-confirm-${orderId}` is best). Checked with the server's rules before sending.
@@ -88,6 +90,24 @@ export interface CallOptions {
   mintKeys?: boolean;
   /** This call's response hook instead of the policy's. */
   classifier?: ResponseClassifier;
+}
+
+const CALL_OPTIONS: readonly (keyof CallOptions)[] = ['deadlineMs', 'maxAttempts', 'attemptTimeoutMs', 'idempotencyKey', 'mintKeys', 'classifier'];
+
+/**
+ * Checks `init.oncely`: an object of known {@link CallOptions} members, a string key.
+ *
+ * @throws TypeError naming an unknown option (`deadlinMs`), for a value that is not an object,
+ * or for an `idempotencyKey` that is not a string.
+ */
+function callOptions(value: unknown): CallOptions {
+  if (value === undefined) return {};
+  knownOptions('init.oncely', value, CALL_OPTIONS);
+  const options = value as CallOptions;
+  if (options.idempotencyKey !== undefined && typeof options.idempotencyKey !== 'string') {
+    throw new TypeError(`oncely: init.oncely.idempotencyKey must be a string, got ${typeof options.idempotencyKey}`);
+  }
+  return options;
 }
 
 /** `RequestInit` with this SDK's per-call options. */
@@ -128,6 +148,8 @@ export interface RetryingFetch {
 interface ActiveCall {
   sends: number;
   readonly maxSends: number;
+  /** Attempts answered 409 in flight: each allows one more send (the schedule does not count them). */
+  inFlight: number;
   readonly deadline: Deadline;
   readonly clock: Clock;
   lastStatus: number | undefined;
@@ -176,7 +198,7 @@ const isGuardRefusal = (e: unknown): e is GuardRefusal => e instanceof GuardRefu
 
 async function guardedSend(active: ActiveCall, next: FetchLike, input: string | URL | Request, init?: RequestInit): Promise<Response> {
   if (active.deadline.remaining(active.clock.now()) <= 0) throw new GuardRefusal('deadline', active.maxSends);
-  if (active.sends >= active.maxSends) throw new GuardRefusal('attempt-cap', active.maxSends);
+  if (active.sends >= active.maxSends + active.inFlight) throw new GuardRefusal('attempt-cap', active.maxSends);
   active.sends += 1;
   const response = await next(input, init);
   active.lastStatus = response.status;
@@ -215,28 +237,44 @@ export function sendGuard(fetchImpl: FetchLike = (i, n) => globalThis.fetch(i, n
  * by one entry per attempt. Here the link to the caller's signal is removed when the attempt
  * is over (`unlink`) or when its timeout fires, whichever comes first.
  */
-function linkSignals(caller: AbortSignal | undefined, timeout: AbortSignal): { signal: AbortSignal; unlink: () => void } {
-  if (caller === undefined) return { signal: timeout, unlink: () => {} };
+/**
+ * The signal of one attempt: aborted by the caller's signal or by the attempt's timeout.
+ * `unlink` detaches both; `release` is for an attempt whose response is handed back to the
+ * caller: from then on the timeout no longer aborts it (the caller reads the body when it likes,
+ * even after the attempt's time is over), while the caller's signal still does until the
+ * timeout would have fired, when both are detached.
+ */
+function linkSignals(
+  caller: AbortSignal | undefined,
+  timeout: AbortSignal,
+): { signal: AbortSignal; unlink: () => void; release: () => void } {
   const controller = new AbortController();
+  let released = false;
   const unlink = () => {
-    caller.removeEventListener('abort', onCaller);
+    caller?.removeEventListener('abort', onCaller);
     timeout.removeEventListener('abort', onTimeout);
   };
   const onCaller = () => {
     unlink();
-    controller.abort(caller.reason);
+    controller.abort(caller?.reason);
   };
   const onTimeout = () => {
     unlink();
-    controller.abort(timeout.reason);
+    if (!released) controller.abort(timeout.reason);
   };
-  if (caller.aborted) controller.abort(caller.reason);
+  if (caller?.aborted) controller.abort(caller.reason);
   else if (timeout.aborted) controller.abort(timeout.reason);
   else {
-    caller.addEventListener('abort', onCaller, { once: true });
+    caller?.addEventListener('abort', onCaller, { once: true });
     timeout.addEventListener('abort', onTimeout, { once: true });
   }
-  return { signal: controller.signal, unlink };
+  return {
+    signal: controller.signal,
+    unlink,
+    release: () => {
+      released = true;
+    },
+  };
 }
 
 /** One attempt's result, classified. */
@@ -308,9 +346,10 @@ export function withRetries(
   };
 
   async function runCall(input: string | URL | Request, init: OncelyRequestInit | undefined): Promise<Response> {
-    const options: CallOptions = init?.oncely ?? {};
+    const options = callOptions(init?.oncely);
     const maxAttempts = attemptCount('oncely.maxAttempts', options.maxAttempts, policy.maxAttempts);
     const deadlineMs = callDeadline(options.deadlineMs, policy.deadlineMs);
+    const attemptTimeoutMs = attemptTimeout('oncely.attemptTimeoutMs', options.attemptTimeoutMs, policy.attemptTimeoutMs);
     const mint = options.mintKeys ?? policy.mintKeys;
     const classifier = options.classifier ?? policy.classifier;
     const { clock, budget } = policy;
@@ -374,6 +413,14 @@ export function withRetries(
           );
         }
       }
+      const spaced = [...rawKeyValues(init?.headers), ...(options.idempotencyKey === undefined ? [] : [options.idempotencyKey])].find(hasSurroundingWhitespace);
+      if (spaced !== undefined) {
+        key = spaced;
+        throw giveUp(
+          'INVALID_IDEMPOTENCY_KEY',
+          'invalid idempotency key, nothing sent: the key has leading or trailing whitespace, which the server drops (RFC 9110 section 5.5), so it would store another key than this one',
+        );
+      }
       if (key !== undefined) {
         const problem = keyProblem(key);
         if (problem) throw giveUp('INVALID_IDEMPOTENCY_KEY', `invalid idempotency key, nothing sent: ${problem.detail}`);
@@ -399,21 +446,21 @@ export function withRetries(
     delete rest.body;
     delete rest.signal;
 
-    const active: ActiveCall = { sends: 0, maxSends: maxAttempts, deadline: call.deadline, clock, lastStatus: undefined };
+    const active: ActiveCall = { sends: 0, maxSends: maxAttempts, inFlight: 0, deadline: call.deadline, clock, lastStatus: undefined };
 
     // The status of the previous attempt's response, if it got one (for an error raised before
     // the next attempt is sent).
     let previousStatus: number | undefined;
     for (;;) {
       const started = clock.now();
-      const limit = call.deadline.attemptLimit(started, policy.attemptTimeoutMs);
+      const limit = call.deadline.attemptLimit(started, attemptTimeoutMs);
       if (limit <= 0) {
         throw giveUp('DEADLINE_EXHAUSTED', `overall deadline of ${deadlineMs} ms exhausted`, { lastStatus: previousStatus });
       }
       const next = prepared.next();
       if (next === undefined) throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE);
       const timeout = clock.timeout(limit);
-      const { signal, unlink } = linkSignals(callerSignal, timeout);
+      const { signal, unlink, release } = linkSignals(callerSignal, timeout);
       // A copy per attempt: a layer below that edits the headers it is given (a vendor wrapper
       // setting its own key) cannot change what the next attempt sends.
       const attemptInit: RequestInit = { ...rest, headers: new Headers(headers), signal };
@@ -430,9 +477,11 @@ export function withRetries(
         if (e instanceof Aborted) throw aborted(e.inAttempt);
         throw e;
       }
-      // A response handed back stays linked to the caller's signal (its body may still be read)
-      // until the attempt's timeout fires; any other outcome is done with it now.
-      if (!(attempt.kind === 'response' && attempt.verdict.type !== 'retry')) unlink();
+      // A response handed back is final: the attempt's timeout no longer aborts it, so its body
+      // can be read later (it stays linked to the caller's signal until the timeout would have
+      // fired); any other outcome is done with the signal now.
+      if (attempt.kind === 'response' && attempt.verdict.type !== 'retry') release();
+      else unlink();
 
       // More requests went out than this attempt: a retry layer below us re-sent it.
       const sent = active.sends - sendsBefore;
@@ -493,6 +542,7 @@ export function withRetries(
       if (!prepared.replayable) {
         throw giveUp('BODY_NOT_REPLAYABLE', BODY_NOT_REPLAYABLE, { lastStatus, cause: lastError });
       }
+      if (reason.kind === 'in-flight') active.inFlight += 1;
       const planned = call.planRetry({ maxAttempts, backoff: policy.backoff }, budget, reason, hintMs, clock.now(), policy.random);
       if ('stop' in planned) throw giveUp(planned.stop.code, stopReason(planned.stop), { lastStatus, cause: lastError, ...stopExtra(planned.stop) });
       const plan = planned.plan;
@@ -533,7 +583,14 @@ export function withRetries(
       );
       if (policy.onRetry) {
         try {
-          policy.onRetry(event);
+          // An async hook is not awaited (it never delays the retry), but its rejection is
+          // caught like a throw: a hook's bug never ends the process or the call.
+          const returned: unknown = policy.onRetry(event);
+          if (returned !== null && typeof returned === 'object' && typeof (returned as PromiseLike<unknown>).then === 'function') {
+            Promise.resolve(returned).catch((hookError: unknown) => {
+              debug('the onRetry hook rejected; ignored: %s', String(hookError));
+            });
+          }
         } catch (hookError) {
           debug('the onRetry hook threw; ignored: %s', String(hookError));
         }

@@ -3,7 +3,10 @@
  * retry and how long to wait, or why to stop. The same checks, in the same order, as the Rust
  * SDK's `CallState::plan_retry`:
  *
- * 1. the attempt limit (`ATTEMPTS_EXHAUSTED`);
+ * 1. the attempt limit (`ATTEMPTS_EXHAUSTED`), which counts every attempt except those answered
+ *    `409 idempotency_request_in_flight`: the server ran nothing for them, so the call keeps
+ *    waiting for the first request's answer until the deadline, each conflict's `Retry-After` a
+ *    lower bound on its wait (`docs/DESIGN.md`, "In-use answer treated as failure");
  * 2. the deadline: no time left (`DEADLINE_EXHAUSTED`);
  * 3. the jittered backoff, combined with the server's `Retry-After` as a lower bound:
  *    `wait = max(hint, jittered)` (RFC 9110 section 10.2.3 says how long to wait *at least*, so
@@ -90,10 +93,17 @@ export class CallState {
   readonly deadline: Deadline;
   /** Attempts made so far. */
   attempts = 0;
+  /** Attempts answered `409 idempotency_request_in_flight` so far (not counted against the limit). */
+  inFlightAnswers = 0;
   /** The delay drawn before the previous retry (decorrelated jitter starts from it). */
   previousDelayMs: number | undefined;
   /** What the last retry cost, if the call was retried and a budget is in use. */
   lastRetryCost: number | undefined;
+
+  /** Attempts that count against `maxAttempts`: all but those answered in flight. */
+  get countedAttempts(): number {
+    return Math.max(0, this.attempts - this.inFlightAnswers);
+  }
 
   /** A call that has made no attempt yet. */
   constructor(deadline: Deadline) {
@@ -112,7 +122,11 @@ export class CallState {
     nowMs: number,
     random: RandomSource,
   ): { plan: RetryPlan } | { stop: StopPlan } {
-    if (this.attempts >= policy.maxAttempts) {
+    // The server ran nothing for an in-flight answer: the wait for the first request's answer
+    // is bounded by the deadline, not by the attempt limit (docs/DESIGN.md, "In-use answer
+    // treated as failure").
+    if (reason.kind === 'in-flight') this.inFlightAnswers += 1;
+    if (this.countedAttempts >= policy.maxAttempts) {
       return { stop: { code: 'ATTEMPTS_EXHAUSTED', maxAttempts: policy.maxAttempts } };
     }
     const remaining = this.deadline.remaining(nowMs);

@@ -95,6 +95,27 @@ def test_in_flight_conflict_is_retried_with_the_same_key_at_the_throttle_price(m
     assert h.transport.budget.available == 500
 
 
+def test_in_flight_answers_do_not_count_against_max_attempts(mode: str) -> None:
+    # docs/DESIGN.md, "In-use answer treated as failure": five in-flight answers under the
+    # default limit of 3 attempts, each with Retry-After: 1, then the replay, inside 30 s.
+    in_flight = problem(409, "idempotency_request_in_flight", True, retry_after="1")
+    h = Harness(mode, script(in_flight, in_flight, in_flight, in_flight, in_flight, status(201)))
+    r = h.request("POST", content=b"{}")
+    assert r.status_code == 201
+    assert len(h.seen) == 6
+    assert len(set(h.keys)) == 1 and h.keys[0] is not None
+    assert len(h.clock.sleeps) == 5 and min(h.clock.sleeps) >= 1.0
+
+
+def test_other_failures_still_count_between_in_flight_answers(mode: str) -> None:
+    in_flight = problem(409, "idempotency_request_in_flight", True)
+    h = Harness(mode, script(status(503), in_flight, in_flight, status(503), status(503), status(201)))
+    with pytest.raises(oncely.AttemptsExhausted) as e:
+        h.request("POST", content=b"{}")
+    assert len(h.seen) == 5
+    assert e.value.attempts == 5 and e.value.last_status == 503
+
+
 def test_other_409s_and_422_are_returned(mode: str) -> None:
     h = Harness(mode, script(problem(409, "idempotency_response_not_retained", False)))
     r = h.request("POST", content=b"{}")
@@ -244,6 +265,30 @@ def test_caller_timeouts_shorter_than_the_attempt_timeout_are_kept(mode: str) ->
     assert seen[1] == {"connect": 3.0, "read": 10.0, "write": 10.0, "pool": 10.0}
 
 
+def test_the_quick_start_client_gets_the_documented_10_s_attempts_not_httpx_5_s(mode: str) -> None:
+    # httpx.Client(transport=oncely.RetryTransport()) with no timeout= carries httpx's default
+    # 5 s on every request; the attempts must still get min(10 s, time left).
+    seen: List[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(dict(request.extensions["timeout"]))
+        return httpx.Response(200)
+
+    h = Harness(mode, handler)
+    h.request("GET")
+    assert seen == [{"connect": 3.0, "read": 10.0, "write": 10.0, "pool": 10.0}]
+    # A shorter attempt timeout is the policy's (or the call's) to set.
+    h.request("GET", extensions={"oncely": {"attempt_timeout": 5.0}})
+    assert seen[1] == {"connect": 3.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+
+
+def test_an_attempt_timeout_of_0_is_refused_as_invalid_policy() -> None:
+    with pytest.raises(ValueError, match="more than 0"):
+        RetryPolicy(attempt_timeout=0)
+    with pytest.raises(ValueError, match="more than 0"):
+        CallOptions(attempt_timeout=0.0)
+
+
 def test_no_sleep_ends_past_the_deadline(mode: str) -> None:
     clock = FakeClock()
 
@@ -311,6 +356,20 @@ def test_invalid_caller_key_is_refused_before_sending(mode: str, bad: str) -> No
     assert h.seen == []
     with pytest.raises(oncely.InvalidIdempotencyKey):
         h.request("POST", content=b"{}", extensions={"oncely": CallOptions(idempotency_key=bad)})
+    assert h.seen == []
+
+
+@pytest.mark.parametrize("spaced", ["abc ", " abc", "abc\t", " abc "])
+def test_a_key_with_surrounding_whitespace_is_refused_before_sending(mode: str, spaced: str) -> None:
+    # The server drops the whitespace and would store "abc", not the key the caller keeps.
+    h = Harness(mode, script(status(201)))
+    with pytest.raises(oncely.InvalidIdempotencyKey) as info:
+        h.request("POST", content=b"{}", headers={"Idempotency-Key": spaced})
+    assert info.value.attempts == 0 and info.value.idempotency_key == spaced
+    assert "leading or trailing whitespace" in str(info.value)
+    with pytest.raises(oncely.InvalidIdempotencyKey) as info:
+        h.request("POST", content=b"{}", extensions={"oncely": CallOptions(idempotency_key=spaced)})
+    assert info.value.attempts == 0
     assert h.seen == []
 
 

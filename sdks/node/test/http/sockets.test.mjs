@@ -256,3 +256,22 @@ test("the caller's signal still aborts reading the body of the response handed b
   setTimeout(() => controller.abort(new Error('stop reading')), 50);
   await assert.rejects(reader.read(), /stop reading|aborted/);
 });
+
+test("a returned response's body is still readable after the attempt timeout has passed", async () => {
+  const { url } = await rawServer((socket) => respond(socket, 201, '{"id":"pay_1"}', { 'content-type': 'application/json' }));
+  const retrying = withRetries(fetch, { attemptTimeoutMs: 100 });
+  const res = await retrying(`${url}/v1/payments`, { method: 'POST', body: '{}' });
+  assert.equal(res.status, 201);
+  // Other work, past the attempt's 100 ms: the attempt is over, its timeout must not abort the body.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.deepEqual(await res.json(), { id: 'pay_1' });
+  // The caller's own signal still cancels a read within the attempt's time.
+  const controller = new AbortController();
+  const slow = await rawServer((socket) => {
+    socket.write('HTTP/1.1 200 X\r\ncontent-length: 10\r\n\r\n12345');
+  });
+  const res2 = await retrying(`${slow.url}/v1/payments/pay_1`, { signal: controller.signal });
+  const reading = res2.text();
+  controller.abort(new Error('caller gave up'));
+  await assert.rejects(reading);
+});

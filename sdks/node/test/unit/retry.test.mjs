@@ -54,6 +54,51 @@ test("the caller's key is kept verbatim on every attempt, by header or by option
   assert.equal(b.fetch.requests[0].init.oncely, undefined, 'the oncely member is not passed down');
 });
 
+test('unknown option names and a non-object oncely member are TypeErrors naming the option, nothing sent', async () => {
+  assert.throws(() => withRetries(scriptedFetch([answer(201)]), { maxAtempts: 5 }), { name: 'TypeError', message: /"maxAtempts"/ });
+  assert.throws(() => withRetries({ deadlinMs: 5 }), { name: 'TypeError', message: /"deadlinMs"/ });
+  assert.throws(() => withRetries(fetch, { backoff: { base: 200 } }), { name: 'TypeError', message: /"base" in backoff/ });
+  assert.throws(() => withRetries(fetch, { budget: { cap: 1 } }), { name: 'TypeError', message: /"cap" in budget/ });
+  assert.throws(() => withRetries(fetch, 'fast'), TypeError);
+  const { fetch: f, retrying } = setup([answer(201)]);
+  for (const [oncely, pattern] of [
+    [{ deadlinMs: 100 }, /"deadlinMs" in init.oncely/],
+    [{ attempt_timeout_ms: 500 }, /"attempt_timeout_ms"/],
+    ['garbage', /init.oncely must be an object, got string/],
+    [null, /init.oncely must be an object, got null/],
+    [{ idempotencyKey: 42 }, /idempotencyKey must be a string, got number/],
+  ]) {
+    await assert.rejects(retrying(URL_, { method: 'POST', oncely }), { name: 'TypeError', message: pattern }, JSON.stringify(oncely));
+  }
+  assert.equal(f.requests.length, 0);
+});
+
+test('a key with leading or trailing whitespace is refused before sending, by option or header', async () => {
+  for (const init of [
+    { oncely: { idempotencyKey: 'abc ' } },
+    { oncely: { idempotencyKey: ' abc' } },
+    { oncely: { idempotencyKey: 'abc\t' } },
+    { headers: { 'Idempotency-Key': 'abc ' } },
+    { headers: [['idempotency-key', ' abc']] },
+  ]) {
+    const { fetch, retrying } = setup([answer(201)]);
+    const e = await rejection(retrying(URL_, { method: 'POST', body: '{}', ...init }));
+    assert.ok(e instanceof OncelyRetryError, JSON.stringify(init));
+    assert.equal(e.code, 'INVALID_IDEMPOTENCY_KEY', JSON.stringify(init));
+    assert.equal(e.attempts, 0);
+    assert.match(e.message, /leading or trailing whitespace/);
+    assert.equal(fetch.requests.length, 0);
+  }
+});
+
+test('a per-call attemptTimeoutMs replaces the policy\'s; an attempt timeout of 0 is refused', async () => {
+  const { clock, retrying } = setup([answer(503), answer(201)]);
+  assert.equal((await retrying(URL_, { method: 'POST', oncely: { attemptTimeoutMs: 2_000 } })).status, 201);
+  assert.deepEqual(clock.timeouts, [2_000, 2_000]);
+  assert.throws(() => withRetries(fetch, { attemptTimeoutMs: 0 }), { name: 'RangeError', message: /more than 0/ });
+  await assert.rejects(retrying(URL_, { oncely: { attemptTimeoutMs: 0 } }), RangeError);
+});
+
 test('an invalid key is refused before anything is sent', async () => {
   for (const key of ['', 'a'.repeat(256), 'order 42', 'café-42', '"unbalanced']) {
     const { fetch, retrying } = setup([answer(201)]);
@@ -257,6 +302,26 @@ test('problem+json: the in-flight 409 is retried with the same key, retryable fa
   assert.equal(b.fetch.requests.length, 1);
 });
 
+test('in-flight 409s do not count against maxAttempts: five under the default 3, then the replay', async () => {
+  // docs/DESIGN.md, "In-use answer treated as failure".
+  const inFlight = () => problem(409, { code: 'idempotency_request_in_flight', retryable: true }, { 'retry-after': '1' });
+  const a = setup([inFlight(), inFlight(), inFlight(), inFlight(), inFlight(), answer(201)]);
+  const r = await a.retrying(URL_, { method: 'POST', body: '{}' });
+  assert.equal(r.status, 201);
+  assert.equal(a.fetch.requests.length, 6);
+  assert.equal(new Set(a.fetch.requests.map((q) => q.key)).size, 1);
+  // Each wait is max(Retry-After, the jittered backoff, which keeps growing with every retry).
+  assert.deepEqual(a.clock.sleeps, [1000, 1000, 1000, 2000, 4000]);
+  // Other failures still count: 503, two in-flight answers, 503, 503 ends after five attempts.
+  const bare = () => problem(409, { code: 'idempotency_request_in_flight', retryable: true });
+  const b = setup([answer(503), bare(), bare(), answer(503), answer(503), answer(201)]);
+  const e = await rejection(b.retrying(URL_, { method: 'POST', body: '{}' }));
+  assert.equal(e.code, 'ATTEMPTS_EXHAUSTED');
+  assert.equal(e.attempts, 5);
+  assert.equal(e.lastStatus, 503);
+  assert.equal(b.fetch.requests.length, 5);
+});
+
 test('a broken error body on a retryable status counts as that status', async () => {
   const broken = () =>
     new Response(
@@ -416,6 +481,30 @@ test('onRetry is told attempt, cause, next wait and key; a hook that throws chan
   );
   assert.equal(events[1].error.cause.code, 'ECONNREFUSED');
   assert.deepEqual(retrying.metrics(), { calls: 1, attempts: 3, retries: 2, retryAfterWaits: 1, keysMinted: 1, errors: {} });
+});
+
+test('an async onRetry hook that rejects changes nothing and leaves no unhandled rejection', async () => {
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  try {
+    const events = [];
+    const { retrying, fetch } = setup([answer(503), answer(503), answer(201)], {
+      onRetry: async (e) => {
+        events.push(e.attempt);
+        throw new Error('async hook bug');
+      },
+    });
+    assert.equal((await retrying(URL_, { method: 'POST' })).status, 201);
+    assert.deepEqual(events, [1, 2]);
+    assert.equal(fetch.requests.length, 3);
+    // Unhandled rejections are reported after the microtask queue drains.
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(unhandled, []);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+  }
 });
 
 test('two layers of ours never multiply attempts and keep one key', async () => {

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_KEY_LEN",
     "KeyRuleError",
     "check_key",
+    "has_surrounding_whitespace",
     "is_valid_key",
     "needs_key",
     "uuid4_key",
@@ -93,6 +94,14 @@ def parse_key(raw: bytes) -> str:
     if len(value) > MAX_KEY_LEN:
         raise KeyRuleError(f"the Idempotency-Key is {len(value)} characters long; the limit is 255")
     return value.decode("ascii")
+
+
+def has_surrounding_whitespace(raw: bytes) -> bool:
+    """Whether a caller's key has leading or trailing spaces or tabs. The server drops them (they
+    are not part of a header value, RFC 9110 section 5.5), so it would see another key than the
+    one the caller keeps to retry with later: such a key is refused before sending, in every
+    Oncely SDK."""
+    return raw != _trim_ows(raw)
 
 
 def check_key(values: Sequence[bytes]) -> None:

@@ -73,6 +73,10 @@ def _seconds(name: str, value: float) -> float:
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
     if math.isnan(value) or value < 0:
         raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
+    if name == "attempt_timeout" and value == 0:
+        # An attempt that may take no time is never sent: every call would end at once with
+        # deadline_exhausted, which reads like an outage rather than a policy typo.
+        raise ValueError("attempt_timeout must be more than 0 seconds")
     return float(value)
 
 

@@ -4,7 +4,10 @@ retry and how long to wait, or why to stop.
 :class:`CallState` is one logical call; :meth:`CallState.plan_retry` checks, in this order (the
 same as the Rust SDK ``oncely-client``):
 
-1. the attempt limit (``attempts_exhausted``);
+1. the attempt limit (``attempts_exhausted``), which counts every attempt except those answered
+   ``409 idempotency_request_in_flight``: the server ran nothing for them, so the call keeps
+   waiting for the first request's answer until the deadline, each conflict's ``Retry-After`` a
+   lower bound on its wait (``docs/DESIGN.md``, "In-use answer treated as failure");
 2. the deadline: no time left (``deadline_exhausted``);
 3. the jittered backoff, combined with the server's ``Retry-After`` as a lower bound:
    ``wait = max(hint, jittered)`` (RFC 9110 section 10.2.3 says how long to wait *at least*,
@@ -92,6 +95,7 @@ class CallState:
         self.start = start
         self.total = total
         self.attempts = 0
+        self.in_flight_answers = 0
         self.previous_delay: Optional[float] = None
         self.last_retry_cost: Optional[int] = None
 
@@ -106,6 +110,11 @@ class CallState:
     def attempt_limit(self, now: float, limit: float) -> float:
         """The timeout of an attempt starting at ``now``: ``min(limit, remaining)``."""
         return min(limit, self.remaining(now))
+
+    @property
+    def counted_attempts(self) -> int:
+        """Attempts that count against ``max_attempts``: all but those answered in flight."""
+        return max(self.attempts - self.in_flight_answers, 0)
 
     def record_attempt(self) -> None:
         """Records that an attempt is being made."""
@@ -129,7 +138,12 @@ class CallState:
         """Decides the retry after a retryable outcome observed at ``now`` (see the module docs
         for the order of the checks). Raises :class:`Stop` when the call must stop instead;
         nothing is withdrawn from the budget then."""
-        if self.attempts >= policy.max_attempts:
+        # The server ran nothing for an in-flight answer: the wait for the first request's
+        # answer is bounded by the deadline, not by the attempt limit (docs/DESIGN.md,
+        # "In-use answer treated as failure").
+        if reason.kind == "in_flight":
+            self.in_flight_answers += 1
+        if self.counted_attempts >= policy.max_attempts:
             raise Stop(
                 "attempts_exhausted",
                 f"all {policy.max_attempts} attempts failed",

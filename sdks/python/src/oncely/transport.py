@@ -93,7 +93,15 @@ from .classify import (
     safe_to_repeat,
 )
 from .clock import Clock, SystemClock
-from .key import IDEMPOTENCY_KEY, KeyRuleError, check_key, needs_key, parse_key, uuid4_key
+from .key import (
+    IDEMPOTENCY_KEY,
+    KeyRuleError,
+    check_key,
+    has_surrounding_whitespace,
+    needs_key,
+    parse_key,
+    uuid4_key,
+)
 from .policy import EXTENSION, CallOptions, RetryPolicy
 from .retry_after import retry_after_from_values
 from .schedule import RETRY_AFTER, CallState, RetryPlan, Stop, deadline_exhausted
@@ -164,6 +172,9 @@ class _ActiveCall:
         self.end = end
         self.clock = clock
         self.sends = 0
+        # Attempts answered 409 in flight: each allows one more send, as the schedule does not
+        # count them against the attempt limit.
+        self.in_flight = 0
         self.last_status: Optional[int] = None
         self._lock = threading.Lock()
 
@@ -172,7 +183,7 @@ class _ActiveCall:
         if self.clock.monotonic() >= self.end:
             raise _Refused(True, self.max_sends)
         with self._lock:
-            if self.sends >= self.max_sends:
+            if self.sends >= self.max_sends + self.in_flight:
                 raise _Refused(False, self.max_sends)
             self.sends += 1
 
@@ -240,6 +251,22 @@ class _Step:
 
 def _seconds_or_none(value: float) -> Optional[float]:
     return None if math.isinf(value) else value
+
+
+#: httpx's own default timeouts (``httpx.Timeout(5.0)``), which every client without a
+#: ``timeout=`` argument puts on each request.
+_HTTPX_DEFAULT_TIMEOUTS = httpx.Timeout(5.0).as_dict()
+
+
+def _caller_timeouts(value: object) -> Mapping[str, object]:
+    """The timeouts of the request that cap each attempt: the caller's own. httpx's default
+    (5 s for each of the four) is not a choice of the caller but what every client without a
+    ``timeout=`` carries: it would cut the policy's attempt timeout (10 s) in half, so it is left
+    out, and each attempt gets ``min(attempt timeout, time left)`` (``docs/CONTRACT.md``,
+    "Retrying"). A caller who wants 5 s attempts says so with ``attempt_timeout=5.0``."""
+    if not isinstance(value, Mapping) or dict(value) == _HTTPX_DEFAULT_TIMEOUTS:
+        return {}
+    return value
 
 
 def _cut(value: object, limit: float) -> Optional[float]:
@@ -401,7 +428,7 @@ class _Call:
         self.key: Optional[str] = None
         self.original_timeout = request.extensions.get("timeout")
         base = self.original_timeout
-        self.base_timeout: Mapping[str, object] = base if isinstance(base, Mapping) else {}
+        self.base_timeout: Mapping[str, object] = _caller_timeouts(base)
         self.attempt_timeouts: Dict[str, Optional[float]] = {}
         self.active = _ActiveCall(
             self.policy.max_attempts, self.state.start + self.policy.deadline, core.clock
@@ -419,6 +446,18 @@ class _Call:
     def _set_key(self) -> None:
         wanted = self.options.idempotency_key
         raw = self._raw_keys()
+        given = raw + ([] if wanted is None else [wanted.encode("utf-8")])
+        spaced = next((v for v in given if has_surrounding_whitespace(v)), None)
+        if spaced is not None:
+            raise self.error(
+                Stop(
+                    "invalid_idempotency_key",
+                    "invalid idempotency key, nothing sent: the key has leading or trailing "
+                    "whitespace, which the server drops (RFC 9110 section 5.5), so it would store "
+                    "another key than this one",
+                ),
+                key=spaced.decode("latin-1"),
+            )
         if wanted is not None:
             try:
                 parse_key(wanted.encode("utf-8"))
@@ -641,6 +680,9 @@ class _Call:
             err = self.error(stop, last_status, outcome.problem, outcome.error)
             return _Step(close=response, error=err, cause=outcome.error)
         core = self.core
+        if reason.kind == "in_flight":
+            with self.active._lock:
+                self.active.in_flight += 1
         try:
             plan = self.state.plan_retry(
                 self.policy, core.budget, reason, outcome.hint, core.clock.monotonic(), core.rng
