@@ -394,14 +394,17 @@ pub fn render(policy: &Policy) -> String {
          comes first (problem+json `retryable`, then `x-should-retry`, then \
          `Stripe-Should-Retry`). Between attempts the client sleeps \
          a full-jitter backoff, `random(0, min(cap, base x 2^retry))` with base {} and cap {}, \
-         and never less than the server's `Retry-After`.\n",
+         and never less than the server's `Retry-After`. An attempt answered `{}` does not \
+         count against the attempts: the client waits for the first request to end, inside the \
+         deadline and the retry budget, until its answer is replayed.\n",
         sdk.max_attempts(),
         human(sdk.deadline()),
         human(sdk.attempt_timeout()),
         ErrorCode::RequestInFlight,
         ErrorCode::KeyMismatch,
         human(b.base()),
-        human(b.cap())
+        human(b.cap()),
+        ErrorCode::RequestInFlight,
     );
     let _ = writeln!(
         w,
