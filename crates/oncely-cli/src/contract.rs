@@ -445,7 +445,7 @@ pub fn render(policy: &Policy) -> String {
 /// What `code` means to an integrator and what to do about it, with the live numbers of
 /// `policy`.
 fn meaning(code: ErrorCode, policy: &Policy, in_flight_note: &str) -> String {
-    let redrive = oncely_core::jobs::RedrivePolicy::default();
+    let redrive = oncely_jobs::RedrivePolicy::default();
     match code {
         ErrorCode::KeyMissing => "the write needs a key: add one".into(),
         ErrorCode::KeyInvalid => "empty, too long, not visible ASCII, badly quoted or repeated: fix the key".into(),
