@@ -20,10 +20,10 @@
 use async_trait::async_trait;
 use futures::StreamExt;
 use oncely_bench::{claim_request, response, run_prefix};
+use oncely_core::{ClaimOutcome, ClaimRequest, KeyStore, Record, RecordKey, StoredRequest};
 use oncely_jobs::{
     DEFAULT_REAP_PAUSE, Redrive, RedriveError, RedrivePolicy, complete_abandoned, reap_all,
 };
-use oncely_core::{ClaimOutcome, ClaimRequest, KeyStore, Record, RecordKey, StoredRequest};
 use oncely_redis::{RedisConfig, RedisStore};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

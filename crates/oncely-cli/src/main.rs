@@ -162,8 +162,10 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
         /// Key store: a file path or sqlite://PATH (the embedded default), memory,
-        /// postgres://…, redis://… or a Redis Cluster,
-        /// redis+cluster://HOST:PORT[,HOST:PORT…] (seed nodes; rediss+cluster:// for TLS).
+        /// postgres://…, MySQL 8 / MariaDB 10.6+ (mysql://user:password@host:3306/db),
+        /// redis://… or a Redis Cluster, redis+cluster://HOST:PORT[,HOST:PORT…] (seed nodes;
+        /// rediss+cluster:// for TLS). With PostgreSQL and MySQL the business tables live in the
+        /// same database (one commit per phase).
         ///
         /// Redis must keep what it acknowledged: a Redis (or any cluster node) that persists
         /// nothing (appendonly no, save "") is refused, because a restart would forget every
@@ -238,7 +240,8 @@ enum Command {
     },
     /// Run the end-to-end gates (the main job); exit status 1 if any fails.
     Gates {
-        /// Key store (default: a fresh embedded SQLite file); postgres://… runs 3 API processes.
+        /// Key store (default: a fresh embedded SQLite file); postgres://… and mysql://… run 3
+        /// API processes.
         /// Redis and Redis Cluster URLs as for `oncely serve --store` (e.g.
         /// redis+cluster://127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102).
         #[arg(long)]

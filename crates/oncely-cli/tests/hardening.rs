@@ -436,6 +436,14 @@ async fn it_starts_while_postgres_is_down_and_answers_503_and_not_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_starts_while_mysql_is_down_and_answers_503_and_not_ready() {
+    // Nothing listens on this port: the MySQL store is "down" for the whole test.
+    let store = format!("mysql://root@127.0.0.1:{}/oncely", free_port());
+    let s = spawn(&["--store", &store], None);
+    assert_down(&s.url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_faults_bearer_case_key_state_and_the_openapi_statuses() {
     let s = spawn(&["--store", "memory", "--in-flight-accepted"], None);
     // The auth scheme is case-insensitive (RFC 9110 section 11.1).

@@ -175,8 +175,26 @@ async fn audit_of_three_oncely_serve_instances_on_postgres_passes_every_check() 
         );
         return;
     };
+    audit_of_three_instances(&store).await;
+}
+
+/// The same on one MySQL / MariaDB database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_of_three_oncely_serve_instances_on_mysql_passes_every_check() {
+    let Ok(store) = std::env::var("ONCELY_TEST_MYSQL_URL") else {
+        eprintln!(
+            "skipped: ONCELY_TEST_MYSQL_URL is unset (e.g. mysql://root@127.0.0.1:3306/test)"
+        );
+        return;
+    };
+    audit_of_three_instances(&store).await;
+}
+
+/// Audits three `oncely serve --store STORE` processes through their three base URLs; every
+/// check passes and every instance sees the same payments.
+async fn audit_of_three_instances(store: &str) {
     let servers: Vec<_> = (0..3)
-        .map(|_| start(&["serve", "--store", &store]))
+        .map(|_| start(&["serve", "--store", store]))
         .collect();
     let urls: Vec<&str> = servers.iter().map(|s| s.url.as_str()).collect();
     // Accounts of their own, so that earlier runs on the same database count for nothing.

@@ -160,6 +160,20 @@ impl MySqlStore {
         Ok(Self::from_pool(pool, Arc::new(SystemClock)))
     }
 
+    /// [`connect`](Self::connect) without its first connection: the pool (the same size,
+    /// timeouts and session settings) connects at its first use, so a server can start while
+    /// the database is down and answer `503` until it is up.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] wrapping [`MySqlStoreError::InvalidUrl`] when the URL is
+    /// invalid.
+    pub fn connect_lazy(url: &str) -> Result<Self, StoreError> {
+        let options: MySqlConnectOptions = url.parse().map_err(MySqlStoreError::InvalidUrl)?;
+        let pool = pool_options(Self::DEFAULT_MAX_CONNECTIONS).connect_lazy_with(options);
+        Ok(Self::from_pool(pool, Arc::new(SystemClock)))
+    }
+
     /// A store over an existing pool (for instance the application's own) and clock.
     ///
     /// Claim and phase transactions bound their lock waits themselves (they begin with

@@ -162,11 +162,8 @@ async fn a_scope_longer_than_its_column_is_refused_never_cut() {
     assert_eq!((rec.token.0, rec.state_name()), (1, "in_flight"));
 }
 
-/// `connect` gives every connection the 4-second lock-wait bound and a strict `sql_mode`.
-#[tokio::test]
-async fn connect_sessions_are_strict_and_bounded() {
-    let Some(url) = common::url() else { return };
-    let store = MySqlStore::connect(&url).await.unwrap();
+/// The store's pool's sessions have the 4-second lock-wait bound and a strict `sql_mode`.
+async fn assert_strict_and_bounded(store: &MySqlStore) {
     let (wait, mode): (u64, String) =
         sqlx::query_as("SELECT @@SESSION.innodb_lock_wait_timeout, @@SESSION.sql_mode")
             .fetch_one(store.pool())
@@ -174,6 +171,25 @@ async fn connect_sessions_are_strict_and_bounded() {
             .unwrap();
     assert_eq!(wait, MySqlStore::TX_LOCK_TIMEOUT.as_secs());
     assert!(mode.split(',').any(|m| m.starts_with("STRICT_")), "{mode}");
+}
+
+/// `connect` gives every connection the 4-second lock-wait bound and a strict `sql_mode`.
+#[tokio::test]
+async fn connect_sessions_are_strict_and_bounded() {
+    let Some(url) = common::url() else { return };
+    let store = MySqlStore::connect(&url).await.unwrap();
+    assert_strict_and_bounded(&store).await;
+}
+
+/// `connect_lazy` opens nothing at once (a server can start while the database is down), and
+/// its connections, once made, have the same session settings as `connect`'s.
+#[tokio::test]
+async fn connect_lazy_connects_at_first_use_with_the_same_settings() {
+    let down = MySqlStore::connect_lazy("mysql://root@127.0.0.1:1/none").unwrap();
+    assert!(down.migrate().await.is_err(), "nothing listens on port 1");
+    let Some(url) = common::url() else { return };
+    let store = MySqlStore::connect_lazy(&url).unwrap();
+    assert_strict_and_bounded(&store).await;
 }
 
 /// An owner write that sets a column to its current value (a renewal in the same millisecond)

@@ -22,7 +22,7 @@
 //!
 //! Everything runs on this machine: the processor and the API servers are child processes on
 //! free loopback ports, and the store is a fresh embedded SQLite file unless `--store` says
-//! otherwise (PostgreSQL then runs the API as 3 processes sharing it).
+//! otherwise (PostgreSQL and MySQL then run the API as 3 processes sharing it).
 //!
 //! # Where is what
 //!
@@ -69,7 +69,7 @@ pub struct GatesConfig {
     pub store: Option<crate::serve::StoreUrl>,
     /// Concurrent identical requests in the concurrency gate (default 200).
     pub concurrency: usize,
-    /// API server processes sharing the store (default 1 for SQLite, 3 for PostgreSQL).
+    /// API server processes sharing the store (default 1 for SQLite, 3 for PostgreSQL and MySQL).
     pub instances: Option<usize>,
     /// Clients in the fleet gate (default 20), each making `fleet_calls` logical payments.
     pub fleet_clients: usize,

@@ -41,14 +41,17 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
         None => StoreUrl::Sqlite(dir.path().join("oncely.sqlite3").display().to_string()),
     };
     let instances = cfg.instances.unwrap_or(match store {
-        StoreUrl::Postgres(_) => 3,
+        StoreUrl::Postgres(_) | StoreUrl::Mysql(_) => 3,
         _ => 1,
     });
     let gates = chosen(&cfg.only)?;
     if cfg.concurrency == 0 {
         bail!("-n must be at least 1 (it is the number of concurrent identical requests)");
     }
-    if matches!(store, StoreUrl::Postgres(_) | StoreUrl::Redis(_)) {
+    if matches!(
+        store,
+        StoreUrl::Postgres(_) | StoreUrl::Mysql(_) | StoreUrl::Redis(_)
+    ) {
         // A store that cannot be reached is a setup error (exit 2), not a failed gate.
         crate::serve::open_store(&store)
             .await
@@ -56,7 +59,7 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
     }
     if store == StoreUrl::Memory {
         bail!(
-            "the gates restart servers, so they need a store that outlives a process: use a file path, postgres://…, redis://… or redis+cluster://…"
+            "the gates restart servers, so they need a store that outlives a process: use a file path, postgres://…, mysql://…, redis://… or redis+cluster://…"
         );
     }
     // The children's logs go to files, named at the end if a gate failed.

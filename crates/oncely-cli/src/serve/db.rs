@@ -1,8 +1,9 @@
 //! The reference API's business data (payments, orders, applied webhook events): the schema, the reads, and the writes
-//! a handler makes inside its [`oncely_sqlx::Tx`] ([`BusinessDb`], one SQL text for both
-//! dialects).
+//! a handler makes inside its [`oncely_sqlx::Tx`] ([`BusinessDb`], one SQL text for the three
+//! databases, rewritten for MySQL's placeholders and upsert).
 //!
-//! With an SQL key store (SQLite, PostgreSQL) the business tables live in the same database, so
+//! With an SQL key store (SQLite, PostgreSQL, MySQL / MariaDB) the business tables live in the
+//! same database, so
 //! a phase's business writes, its recovery point and (in the last phase) the stored response
 //! commit together. With the memory or Redis key store they live in an embedded SQLite
 //! database ([`oncely_sqlx::Split`]); every write is idempotent (inserts keyed by the ids the
@@ -13,8 +14,7 @@ use anyhow::Result;
 use serde::Serialize;
 use sqlx::Row;
 
-/// The business schema. Written once for both dialects (`$N` parameters in ascending order work
-/// in SQLite and PostgreSQL).
+/// The business schema of SQLite and PostgreSQL, written once for both.
 const SCHEMA: &[&str] = &[
     // One row per logical request: a key reused after the replay window is a new request and
     // makes a new row, so (scope, idempotency_key) is indexed, not unique. Which row belongs to
@@ -61,6 +61,62 @@ const SCHEMA: &[&str] = &[
 #[cfg(feature = "postgres")]
 const MIGRATION_LOCK: &str = "SELECT pg_advisory_xact_lock(7461621001)";
 
+/// The business schema on MySQL and MariaDB: the same tables, with the indexes declared inside
+/// `CREATE TABLE IF NOT EXISTS` (MySQL has no `CREATE INDEX IF NOT EXISTS`) and key columns of
+/// bounded length (a `TEXT` column cannot be a key). The scope is bytes (`VARBINARY`), as in the
+/// key store: every text collation folds case or ignores trailing spaces, either of which would
+/// let one caller read another's rows. The ids are server-made (`pay_…`), so a text collation
+/// (`utf8mb4_bin`, the tables' default) is exact enough for them.
+#[cfg(feature = "mysql")]
+const MYSQL_SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS oncely_payments (
+        id VARCHAR(255) PRIMARY KEY,
+        scope VARBINARY(1024) NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        amount BIGINT NOT NULL,
+        currency TEXT NOT NULL,
+        source TEXT NOT NULL,
+        description TEXT,
+        status VARCHAR(16) NOT NULL,
+        charge_id TEXT,
+        receipt_id TEXT,
+        created_at BIGINT NOT NULL,
+        INDEX oncely_payments_by_scope (scope, created_at)
+    ) ENGINE = InnoDB DEFAULT CHARACTER SET = utf8mb4 COLLATE = utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS oncely_orders (
+        id VARCHAR(255) PRIMARY KEY,
+        scope VARBINARY(1024) NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        items LONGTEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        INDEX oncely_orders_by_scope (scope, created_at)
+    ) ENGINE = InnoDB DEFAULT CHARACTER SET = utf8mb4 COLLATE = utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS oncely_webhook_events (
+        id VARCHAR(255) PRIMARY KEY,
+        sender TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        scope VARBINARY(1024),
+        payment_id VARCHAR(255),
+        received_at BIGINT NOT NULL,
+        INDEX oncely_webhook_events_by_payment (scope, payment_id, received_at)
+    ) ENGINE = InnoDB DEFAULT CHARACTER SET = utf8mb4 COLLATE = utf8mb4_bin",
+];
+
+/// Serializes concurrent business-schema migrations on MySQL and MariaDB: a named lock of the
+/// connection's session, keyed by the database (DDL commits by itself there, so no transaction
+/// can hold it), waited for up to the given number of seconds.
+#[cfg(feature = "mysql")]
+const MYSQL_MIGRATION_LOCK: &str =
+    "SELECT GET_LOCK(CONCAT('oncely_business_', MD5(DATABASE())), ?)";
+/// Releases [`MYSQL_MIGRATION_LOCK`]'s lock.
+#[cfg(feature = "mysql")]
+const MYSQL_MIGRATION_UNLOCK: &str =
+    "SELECT RELEASE_LOCK(CONCAT('oncely_business_', MD5(DATABASE())))";
+/// How long a MySQL migration waits for another server's: 60 seconds.
+#[cfg(feature = "mysql")]
+const MYSQL_MIGRATION_WAIT_SECS: u64 = 60;
+
 const INSERT_PAYMENT: &str = "INSERT INTO oncely_payments
     (id, scope, idempotency_key, amount, currency, source, description, status, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
@@ -90,6 +146,102 @@ const LIST_WEBHOOK_EVENTS: &str = "SELECT id, sender, event_id, kind, received_a
     FROM oncely_webhook_events WHERE scope = $1 AND payment_id = $2 ORDER BY received_at, id";
 const SELECT_ORDER_BY_ID: &str =
     "SELECT id, items, created_at FROM oncely_orders WHERE scope = $1 AND id = $2";
+
+/// A statement of the business database: written once, in the `$N` dialect of SQLite and
+/// PostgreSQL ([`Q::standard`]), and rewritten for MySQL and MariaDB ([`Q::mysql`]); a
+/// [`BusinessDb`] gives its own text with [`BusinessDb::sql`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Q {
+    InsertPayment,
+    SelectPaymentById,
+    ListPayments,
+    CountPayments,
+    SetCharge,
+    SetReceipt,
+    InsertOrder,
+    ListOrders,
+    InsertWebhookEvent,
+    ConfirmCharge,
+    ListWebhookEvents,
+    SelectOrderById,
+}
+
+impl Q {
+    /// Every statement, in declaration order (`Q::ALL[q as usize] == q`).
+    #[cfg_attr(not(any(feature = "mysql", test)), allow(dead_code))]
+    const ALL: [Self; 12] = [
+        Self::InsertPayment,
+        Self::SelectPaymentById,
+        Self::ListPayments,
+        Self::CountPayments,
+        Self::SetCharge,
+        Self::SetReceipt,
+        Self::InsertOrder,
+        Self::ListOrders,
+        Self::InsertWebhookEvent,
+        Self::ConfirmCharge,
+        Self::ListWebhookEvents,
+        Self::SelectOrderById,
+    ];
+
+    /// The statement in SQLite's and PostgreSQL's dialect (`$N` parameters, each used once, in
+    /// ascending order).
+    const fn standard(self) -> &'static str {
+        match self {
+            Self::InsertPayment => INSERT_PAYMENT,
+            Self::SelectPaymentById => SELECT_PAYMENT_BY_ID,
+            Self::ListPayments => LIST_PAYMENTS,
+            Self::CountPayments => COUNT_PAYMENTS,
+            Self::SetCharge => SET_CHARGE,
+            Self::SetReceipt => SET_RECEIPT,
+            Self::InsertOrder => INSERT_ORDER,
+            Self::ListOrders => LIST_ORDERS,
+            Self::InsertWebhookEvent => INSERT_WEBHOOK_EVENT,
+            Self::ConfirmCharge => CONFIRM_CHARGE,
+            Self::ListWebhookEvents => LIST_WEBHOOK_EVENTS,
+            Self::SelectOrderById => SELECT_ORDER_BY_ID,
+        }
+    }
+
+    /// The statement in MySQL's dialect ([`to_mysql`] of [`Q::standard`], made once).
+    #[cfg(feature = "mysql")]
+    fn mysql(self) -> &'static str {
+        static MYSQL: std::sync::LazyLock<Vec<String>> =
+            std::sync::LazyLock::new(|| Q::ALL.iter().map(|q| to_mysql(q.standard())).collect());
+        &MYSQL[self as usize]
+    }
+}
+
+/// `sql` in MySQL's dialect: `?` for each `$N` (so the statements must use each parameter
+/// once, in ascending order: checked here), and `ON CONFLICT (id) DO NOTHING` as `ON DUPLICATE
+/// KEY UPDATE id = id`, which leaves an existing row as it is (not `INSERT IGNORE`, which would
+/// also turn a value the database refuses into a warning).
+#[cfg_attr(not(any(feature = "mysql", test)), allow(dead_code))]
+fn to_mysql(sql: &str) -> String {
+    let sql = sql.replace(
+        "ON CONFLICT (id) DO NOTHING",
+        "ON DUPLICATE KEY UPDATE id = id",
+    );
+    let mut out = String::with_capacity(sql.len());
+    let mut next = 1;
+    let mut rest = sql.as_str();
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .map_or(rest.len() - at - 1, |n| n);
+        assert_eq!(
+            rest[at + 1..at + 1 + digits].parse::<u32>().ok(),
+            Some(next),
+            "parameters used once each, in ascending order: {sql}"
+        );
+        next += 1;
+        out.push('?');
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    out
+}
 
 /// A payment as the API shows it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
@@ -174,15 +326,30 @@ pub enum Db {
     /// PostgreSQL (the key store's own database).
     #[cfg(feature = "postgres")]
     Postgres(sqlx::PgPool),
+    /// MySQL or MariaDB (the key store's own database).
+    #[cfg(feature = "mysql")]
+    Mysql(sqlx::MySqlPool),
 }
 
-/// Runs `$body` with `$c` bound to a connection-like executor of either dialect.
+/// Runs `$body` with `$c` bound to a connection of the target's database and the type `$db` to
+/// that database (a [`BusinessDb`], whose [`BusinessDb::sql`] gives the statements' text).
 macro_rules! dual {
-    ($target:expr, $c:ident => $body:expr) => {
+    ($target:expr, $db:ident, $c:ident => $body:expr) => {
         match $target {
-            Target::Sqlite($c) => $body,
+            Target::Sqlite($c) => {
+                type $db = sqlx::Sqlite;
+                $body
+            }
             #[cfg(feature = "postgres")]
-            Target::Postgres($c) => $body,
+            Target::Postgres($c) => {
+                type $db = sqlx::Postgres;
+                $body
+            }
+            #[cfg(feature = "mysql")]
+            Target::Mysql($c) => {
+                type $db = sqlx::MySql;
+                $body
+            }
         }
     };
 }
@@ -211,13 +378,50 @@ enum Target<'a> {
     Sqlite(&'a mut sqlx::SqliteConnection),
     #[cfg(feature = "postgres")]
     Postgres(&'a mut sqlx::PgConnection),
+    #[cfg(feature = "mysql")]
+    Mysql(&'a mut sqlx::MySqlConnection),
 }
 
 impl Db {
     /// Creates the business tables if missing. Safe when several servers start at once: on
     /// PostgreSQL, concurrent `CREATE TABLE IF NOT EXISTS` can still collide, so the statements
-    /// run in one transaction under an advisory lock.
+    /// run in one transaction under an advisory lock; on MySQL and MariaDB, under a named lock
+    /// (`GET_LOCK`) of one connection, waited for up to 60 seconds.
+    ///
+    /// # Errors
+    ///
+    /// The database's error, or (MySQL) another server held the lock for longer than the wait.
     pub async fn migrate(&self) -> Result<()> {
+        #[cfg(feature = "mysql")]
+        if let Db::Mysql(p) = self {
+            use sqlx::Connection as _;
+            let mut c = p.acquire().await?;
+            let got: Option<i64> = sqlx::query_scalar(MYSQL_MIGRATION_LOCK)
+                .bind(MYSQL_MIGRATION_WAIT_SECS)
+                .fetch_one(&mut *c)
+                .await?;
+            if got != Some(1) {
+                anyhow::bail!(
+                    "another server held the business schema's lock for over {MYSQL_MIGRATION_WAIT_SECS} seconds"
+                );
+            }
+            let mut ran = Ok(());
+            for stmt in MYSQL_SCHEMA {
+                if let Err(e) = sqlx::query(*stmt).execute(&mut *c).await {
+                    ran = Err(e);
+                    break;
+                }
+            }
+            // A named lock belongs to the session: a pooled connection must not keep it.
+            if sqlx::query(MYSQL_MIGRATION_UNLOCK)
+                .execute(&mut *c)
+                .await
+                .is_err()
+            {
+                let _ = c.detach().close().await;
+            }
+            return Ok(ran?);
+        }
         #[cfg(feature = "postgres")]
         if let Db::Postgres(p) = self {
             let mut tx = p.begin().await?;
@@ -235,6 +439,8 @@ impl Db {
                 }
                 #[cfg(feature = "postgres")]
                 Db::Postgres(_) => unreachable!("migrated above"),
+                #[cfg(feature = "mysql")]
+                Db::Mysql(_) => unreachable!("migrated above"),
             }
         }
         Ok(())
@@ -254,6 +460,11 @@ impl Db {
                 let mut c = p.acquire().await?;
                 f(Target::Postgres(&mut c)).await
             }
+            #[cfg(feature = "mysql")]
+            Db::Mysql(p) => {
+                let mut c = p.acquire().await?;
+                f(Target::Mysql(&mut c)).await
+            }
         }
     }
 
@@ -262,8 +473,8 @@ impl Db {
         let (scope, id) = (scope.to_owned(), id.to_owned());
         self.with_conn(move |t| {
             Box::pin(async move {
-                dual!(t, c => {
-                    let row = sqlx::query(SELECT_PAYMENT_BY_ID).bind(&scope).bind(&id).fetch_optional(c).await?;
+                dual!(t, D, c => {
+                    let row = sqlx::query(D::sql(Q::SelectPaymentById)).bind(&scope).bind(&id).fetch_optional(c).await?;
                     row.as_ref().map(payment_from).transpose()
                 })
             })
@@ -276,8 +487,8 @@ impl Db {
         let scope = scope.to_owned();
         self.with_conn(move |t| {
             Box::pin(async move {
-                dual!(t, c => {
-                    let rows = sqlx::query(LIST_PAYMENTS).bind(&scope).fetch_all(c).await?;
+                dual!(t, D, c => {
+                    let rows = sqlx::query(D::sql(Q::ListPayments)).bind(&scope).fetch_all(c).await?;
                     rows.iter().map(payment_from).collect()
                 })
             })
@@ -289,8 +500,8 @@ impl Db {
     pub async fn payment_count(&self) -> Result<i64> {
         self.with_conn(move |t| {
             Box::pin(async move {
-                dual!(t, c => {
-                    let row = sqlx::query(COUNT_PAYMENTS).fetch_one(c).await?;
+                dual!(t, D, c => {
+                    let row = sqlx::query(D::sql(Q::CountPayments)).fetch_one(c).await?;
                     Ok(row.try_get::<i64, _>("n")?)
                 })
             })
@@ -303,8 +514,8 @@ impl Db {
         let (scope, id) = (scope.to_owned(), id.to_owned());
         self.with_conn(move |t| {
             Box::pin(async move {
-                dual!(t, c => {
-                    let row = sqlx::query(SELECT_ORDER_BY_ID).bind(&scope).bind(&id).fetch_optional(c).await?;
+                dual!(t, D, c => {
+                    let row = sqlx::query(D::sql(Q::SelectOrderById)).bind(&scope).bind(&id).fetch_optional(c).await?;
                     Ok(row.as_ref().map(order_from).transpose()?)
                 })
             })
@@ -318,8 +529,8 @@ impl Db {
         let (scope, id) = (scope.to_owned(), id.to_owned());
         self.with_conn(move |t| {
             Box::pin(async move {
-                dual!(t, c => {
-                    let rows = sqlx::query(LIST_WEBHOOK_EVENTS).bind(&scope).bind(&id).fetch_all(c).await?;
+                dual!(t, D, c => {
+                    let rows = sqlx::query(D::sql(Q::ListWebhookEvents)).bind(&scope).bind(&id).fetch_all(c).await?;
                     rows.iter()
                         .map(|r| {
                             Ok(serde_json::json!({
@@ -342,8 +553,8 @@ impl Db {
         let scope = scope.to_owned();
         self.with_conn(move |t| {
             Box::pin(async move {
-                dual!(t, c => {
-                    let rows = sqlx::query(LIST_ORDERS).bind(&scope).fetch_all(c).await?;
+                dual!(t, D, c => {
+                    let rows = sqlx::query(D::sql(Q::ListOrders)).bind(&scope).fetch_all(c).await?;
                     Ok(rows.iter().map(order_from).collect::<sqlx::Result<Vec<_>>>()?)
                 })
             })
@@ -353,10 +564,12 @@ impl Db {
 }
 
 /// The business writes (and the reads a resumed request needs), on the connection of the
-/// handler's transaction. The SQL is the same for both dialects (`$N` parameters in ascending
-/// order work in SQLite and PostgreSQL).
+/// handler's transaction. The SQL is written once ([`Q`]), in each database's dialect by
+/// [`BusinessDb::sql`].
 #[async_trait::async_trait]
 pub trait BusinessDb: sqlx::Database {
+    /// The text of statement `q` in this database's dialect.
+    fn sql(q: Q) -> &'static str;
     /// Records a payment (a no-op if this id is already recorded: a resumed phase).
     async fn insert_payment(c: &mut Self::Connection, p: &NewPayment<'_>) -> sqlx::Result<()>;
     /// Records the charge's outcome.
@@ -420,14 +633,17 @@ where
 }
 
 macro_rules! business_db {
-    ($db:ty) => {
+    ($db:ty, $sql:expr) => {
         #[async_trait::async_trait]
         impl BusinessDb for $db {
+            fn sql(q: Q) -> &'static str {
+                $sql(q)
+            }
             async fn insert_payment(
                 c: &mut <$db as sqlx::Database>::Connection,
                 p: &NewPayment<'_>,
             ) -> sqlx::Result<()> {
-                sqlx::query(INSERT_PAYMENT)
+                sqlx::query(Self::sql(Q::InsertPayment))
                     .bind(p.id)
                     .bind(p.scope)
                     .bind(p.key)
@@ -447,7 +663,7 @@ macro_rules! business_db {
                 charge_id: Option<&str>,
                 status: &str,
             ) -> sqlx::Result<()> {
-                sqlx::query(SET_CHARGE)
+                sqlx::query(Self::sql(Q::SetCharge))
                     .bind(charge_id)
                     .bind(status)
                     .bind(scope)
@@ -462,7 +678,7 @@ macro_rules! business_db {
                 id: &str,
                 receipt_id: &str,
             ) -> sqlx::Result<()> {
-                sqlx::query(SET_RECEIPT)
+                sqlx::query(Self::sql(Q::SetReceipt))
                     .bind(receipt_id)
                     .bind(scope)
                     .bind(id)
@@ -475,7 +691,7 @@ macro_rules! business_db {
                 scope: &str,
                 id: &str,
             ) -> sqlx::Result<Option<Payment>> {
-                let row = sqlx::query(SELECT_PAYMENT_BY_ID)
+                let row = sqlx::query(Self::sql(Q::SelectPaymentById))
                     .bind(scope)
                     .bind(id)
                     .fetch_optional(c)
@@ -492,7 +708,7 @@ macro_rules! business_db {
                 items: &str,
                 created_at: i64,
             ) -> sqlx::Result<()> {
-                sqlx::query(INSERT_ORDER)
+                sqlx::query(Self::sql(Q::InsertOrder))
                     .bind(id)
                     .bind(scope)
                     .bind(key)
@@ -507,7 +723,7 @@ macro_rules! business_db {
                 scope: &str,
                 id: &str,
             ) -> sqlx::Result<Option<Order>> {
-                let row = sqlx::query(SELECT_ORDER_BY_ID)
+                let row = sqlx::query(Self::sql(Q::SelectOrderById))
                     .bind(scope)
                     .bind(id)
                     .fetch_optional(c)
@@ -518,7 +734,7 @@ macro_rules! business_db {
                 c: &mut <$db as sqlx::Database>::Connection,
                 e: &WebhookEvent<'_>,
             ) -> sqlx::Result<()> {
-                sqlx::query(INSERT_WEBHOOK_EVENT)
+                sqlx::query(Self::sql(Q::InsertWebhookEvent))
                     .bind(e.id)
                     .bind(e.sender)
                     .bind(e.event_id)
@@ -536,7 +752,7 @@ macro_rules! business_db {
                 id: &str,
                 charge_id: &str,
             ) -> sqlx::Result<u64> {
-                sqlx::query(CONFIRM_CHARGE)
+                sqlx::query(Self::sql(Q::ConfirmCharge))
                     .bind(charge_id)
                     .bind(scope)
                     .bind(id)
@@ -548,6 +764,43 @@ macro_rules! business_db {
     };
 }
 
-business_db!(sqlx::Sqlite);
+business_db!(sqlx::Sqlite, Q::standard);
 #[cfg(feature = "postgres")]
-business_db!(sqlx::Postgres);
+business_db!(sqlx::Postgres, Q::standard);
+#[cfg(feature = "mysql")]
+business_db!(sqlx::MySql, Q::mysql);
+
+#[cfg(test)]
+mod tests {
+    use super::{Q, to_mysql};
+
+    #[test]
+    fn every_statement_is_listed_in_order_and_has_a_mysql_form() {
+        for (i, q) in Q::ALL.iter().enumerate() {
+            assert_eq!(*q as usize, i);
+            let mysql = to_mysql(q.standard());
+            assert!(
+                !mysql.contains('$') && !mysql.contains("ON CONFLICT"),
+                "{mysql}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_mysql_form_has_question_marks_and_on_duplicate_key() {
+        assert_eq!(
+            to_mysql("INSERT INTO t (id, a) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING"),
+            "INSERT INTO t (id, a) VALUES (?, ?) ON DUPLICATE KEY UPDATE id = id"
+        );
+        assert_eq!(
+            to_mysql("UPDATE t SET a = $1 WHERE id = $2"),
+            "UPDATE t SET a = ? WHERE id = ?"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "ascending order")]
+    fn parameters_out_of_order_are_refused() {
+        to_mysql("UPDATE t SET a = $2 WHERE id = $1");
+    }
+}

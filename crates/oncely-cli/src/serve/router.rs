@@ -9,7 +9,7 @@
 
 use super::db::BusinessDb;
 use super::routes::{keys, orders, payments, reads, webhooks};
-use super::store::Backend;
+use super::store::{Backend, with_backend};
 use super::{App, auth, grpc, health, metrics, openapi, problems, should_retry, trace};
 use axum::Router;
 use axum::extract::{Request, State};
@@ -90,15 +90,9 @@ fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
         write_routes::<S>(&|m| m.route_layer(l.clone()))
             .merge(grpc::routes::<S>(&|m| m.route_layer(grpc_layer.clone())))
     }
-    match (backend, layer) {
-        (Backend::Sqlite(_), Some(l)) => layered::<oncely_sqlite::SqliteStore>(l),
-        #[cfg(feature = "postgres")]
-        (Backend::Postgres(_), Some(l)) => layered::<oncely_postgres::PostgresStore>(l),
-        (Backend::Split(_), Some(l)) => layered::<oncely_sqlx::Split<sqlx::Sqlite>>(l),
-        (Backend::Sqlite(s), None) => plain(s.pool().clone()),
-        #[cfg(feature = "postgres")]
-        (Backend::Postgres(s), None) => plain(s.pool().clone()),
-        (Backend::Split(s), None) => plain(s.pool().clone()),
+    match layer {
+        Some(l) => with_backend!(backend, S, _ => layered::<S>(l)),
+        None => with_backend!(backend, _S, s => plain(s.pool().clone())),
     }
 }
 
@@ -142,26 +136,15 @@ fn receivers(
     }
     let webhook_id = KeySource::header(standardwebhooks::HEADER_WEBHOOK_ID)
         .expect("webhook-id is a header name");
-    match (backend, layer.map(|l| l.with_key_source(webhook_id))) {
-        (Backend::Sqlite(_), Some(l)) => layered::<oncely_sqlite::SqliteStore>(l, verify),
-        #[cfg(feature = "postgres")]
-        (Backend::Postgres(_), Some(l)) => layered::<oncely_postgres::PostgresStore>(l, verify),
-        (Backend::Split(_), Some(l)) => layered::<oncely_sqlx::Split<sqlx::Sqlite>>(l, verify),
-        (Backend::Sqlite(s), None) => plain(s.pool().clone(), verify),
-        #[cfg(feature = "postgres")]
-        (Backend::Postgres(s), None) => plain(s.pool().clone(), verify),
-        (Backend::Split(s), None) => plain(s.pool().clone(), verify),
+    match layer.map(|l| l.with_key_source(webhook_id)) {
+        Some(l) => with_backend!(backend, S, _ => layered::<S>(l, verify)),
+        None => with_backend!(backend, _S, s => plain(s.pool().clone(), verify)),
     }
 }
 
 /// The idempotency layer for `backend`'s store, with `policy`.
 pub fn layer_for(backend: &Backend, policy: Policy) -> IdempotencyLayer {
-    match backend {
-        Backend::Sqlite(s) => oncely_sqlx::layer(s.clone(), policy),
-        #[cfg(feature = "postgres")]
-        Backend::Postgres(s) => oncely_sqlx::layer(s.clone(), policy),
-        Backend::Split(s) => oncely_sqlx::layer(s.clone(), policy),
-    }
+    with_backend!(backend, _S, s => oncely_sqlx::layer(s.clone(), policy))
 }
 
 /// Builds the router; `layer` (made by [`layer_for`] for `backend`) is `None` for the baseline

@@ -4,10 +4,11 @@
 //! |---|---|---|---|
 //! | a file path or `sqlite://PATH` (the default) | SQLite | the same database | [`Backend::Sqlite`] |
 //! | `postgres://…` | PostgreSQL | the same database | [`Backend::Postgres`] |
+//! | `mysql://…` | MySQL 8 / MariaDB 10.6+ | the same database | [`Backend::Mysql`] |
 //! | `memory`, `redis://…`, `redis+cluster://…` | memory / Redis | an embedded SQLite file | [`Backend::Split`] |
 //!
-//! PostgreSQL and Redis may be down when the server starts: [`standby`] serves `503` until
-//! they answer.
+//! PostgreSQL, MySQL and Redis may be down when the server starts: [`standby`] serves `503`
+//! until they answer.
 
 pub mod standby;
 
@@ -27,6 +28,9 @@ pub enum StoreUrl {
     Sqlite(String),
     /// `postgres://…`
     Postgres(String),
+    /// `mysql://user:password@host:3306/db`: MySQL 8 or MariaDB 10.6+ (see
+    /// `oncely_mysql::MySqlStore::connect` for the URL's options, such as `ssl-mode`).
+    Mysql(String),
     /// `redis://…`, `rediss://…`, or a Redis Cluster: `redis+cluster://host:port,host:port…`
     /// (`rediss+cluster://` for TLS); see `oncely_redis::RedisStore::connect_with` for the
     /// query options (`accept_volatile`, `wait_replicas`, `wait_timeout_ms`).
@@ -34,13 +38,14 @@ pub enum StoreUrl {
 }
 
 impl StoreUrl {
-    /// The store's kind, as the `store` label of the metrics: `memory`, `sqlite`, `postgres`
-    /// or `redis`.
+    /// The store's kind, as the `store` label of the metrics: `memory`, `sqlite`, `postgres`,
+    /// `mysql` or `redis`.
     pub const fn kind(&self) -> &'static str {
         match self {
             Self::Memory => "memory",
             Self::Sqlite(_) => "sqlite",
             Self::Postgres(_) => "postgres",
+            Self::Mysql(_) => "mysql",
             Self::Redis(_) => "redis",
         }
     }
@@ -53,6 +58,8 @@ impl FromStr for StoreUrl {
             Self::Memory
         } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
             Self::Postgres(s.to_owned())
+        } else if s.starts_with("mysql://") {
+            Self::Mysql(s.to_owned())
         } else if [
             "redis://",
             "rediss://",
@@ -67,7 +74,7 @@ impl FromStr for StoreUrl {
             Self::Sqlite(path.to_owned())
         } else if s.contains("://") {
             bail!(
-                "unknown store {s:?}: expected memory, a file path, sqlite://PATH, postgres://…, redis://… or redis+cluster://…"
+                "unknown store {s:?}: expected memory, a file path, sqlite://PATH, postgres://…, mysql://…, redis://… or redis+cluster://…"
             )
         } else {
             Self::Sqlite(s.to_owned())
@@ -80,7 +87,7 @@ impl std::fmt::Display for StoreUrl {
         match self {
             Self::Memory => f.write_str("memory"),
             Self::Sqlite(p) => write!(f, "sqlite://{p}"),
-            Self::Postgres(u) | Self::Redis(u) => f.write_str(u),
+            Self::Postgres(u) | Self::Mysql(u) | Self::Redis(u) => f.write_str(u),
         }
     }
 }
@@ -93,9 +100,41 @@ pub enum Backend {
     /// The PostgreSQL key store's database holds the business tables: one commit per phase.
     #[cfg(feature = "postgres")]
     Postgres(oncely_postgres::PostgresStore),
+    /// The MySQL / MariaDB key store's database holds the business tables: one commit per
+    /// phase.
+    #[cfg(feature = "mysql")]
+    Mysql(oncely_mysql::MySqlStore),
     /// Keys in the memory or Redis store, business data in an embedded SQLite database.
     Split(oncely_sqlx::Split<sqlx::Sqlite>),
 }
+
+/// Runs `$body` with the backend's store matched by the pattern `$s` and the type `$S` bound to
+/// that store's type (an [`oncely_sqlx::SqlStore`]).
+macro_rules! with_backend {
+    ($backend:expr, $S:ident, $s:pat => $body:expr) => {
+        match $backend {
+            $crate::serve::store::Backend::Sqlite($s) => {
+                type $S = oncely_sqlite::SqliteStore;
+                $body
+            }
+            #[cfg(feature = "postgres")]
+            $crate::serve::store::Backend::Postgres($s) => {
+                type $S = oncely_postgres::PostgresStore;
+                $body
+            }
+            #[cfg(feature = "mysql")]
+            $crate::serve::store::Backend::Mysql($s) => {
+                type $S = oncely_mysql::MySqlStore;
+                $body
+            }
+            $crate::serve::store::Backend::Split($s) => {
+                type $S = oncely_sqlx::Split<sqlx::Sqlite>;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_backend;
 
 impl Backend {
     /// The clock the key store decides by: the SQL stores' own; for a split backend the system
@@ -105,6 +144,8 @@ impl Backend {
             Self::Sqlite(s) => Arc::clone(s.clock()),
             #[cfg(feature = "postgres")]
             Self::Postgres(s) => Arc::clone(s.clock()),
+            #[cfg(feature = "mysql")]
+            Self::Mysql(s) => Arc::clone(s.clock()),
             Self::Split(_) => Arc::new(oncely_core::SystemClock),
         }
     }
@@ -131,6 +172,8 @@ fn split(store: Arc<dyn Maintenance>, db: Db) -> Opened {
         Db::Sqlite(pool) => pool.clone(),
         #[cfg(feature = "postgres")]
         Db::Postgres(_) => unreachable!("the embedded business database is SQLite"),
+        #[cfg(feature = "mysql")]
+        Db::Mysql(_) => unreachable!("the embedded business database is SQLite"),
     };
     Opened {
         backend: Backend::Split(oncely_sqlx::Split::new(store.clone(), pool)),
@@ -172,10 +215,14 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
         }
         #[cfg(not(feature = "postgres"))]
         StoreUrl::Postgres(_) => bail!("this oncely was built without the postgres feature"),
-        // PostgreSQL and Redis may be down at start: the server starts anyway and answers 503
+        // PostgreSQL, MySQL and Redis may be down at start: the server starts anyway and answers 503
         // until they answer (standby.rs); the business tables come with the store's.
         #[cfg(feature = "postgres")]
         StoreUrl::Postgres(u) => return standby::open_postgres(u).await,
+        #[cfg(not(feature = "mysql"))]
+        StoreUrl::Mysql(_) => bail!("this oncely was built without the mysql feature"),
+        #[cfg(feature = "mysql")]
+        StoreUrl::Mysql(u) => return standby::open_mysql(u).await,
         StoreUrl::Redis(u) => {
             let path = business_path.map_or_else(|| default_business_path(u), str::to_owned);
             let db = plain_db(Some(&path)).await?;
@@ -232,6 +279,19 @@ pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn Maintenance>> {
             let store = oncely_postgres::PostgresStore::connect(u)
                 .await
                 .context("connect to the PostgreSQL key store")?;
+            store
+                .migrate()
+                .await
+                .context("check the key store's tables")?;
+            Arc::new(store)
+        }
+        #[cfg(not(feature = "mysql"))]
+        StoreUrl::Mysql(_) => bail!("this oncely was built without the mysql feature"),
+        #[cfg(feature = "mysql")]
+        StoreUrl::Mysql(u) => {
+            let store = oncely_mysql::MySqlStore::connect(u)
+                .await
+                .context("connect to the MySQL key store")?;
             store
                 .migrate()
                 .await

@@ -1,7 +1,7 @@
-//! Starting while the key store is down: a server restarted during a Redis or PostgreSQL outage
-//! must come back with the store, not stay down.
+//! Starting while the key store is down: a server restarted during a Redis, PostgreSQL or MySQL
+//! outage must come back with the store, not stay down.
 //!
-//! [`Standby`] is the key store the server uses for Redis and PostgreSQL: until the real store
+//! [`Standby`] is the key store the server uses for Redis, PostgreSQL and MySQL: until the real store
 //! has answered (connected, and its tables created), every call fails with
 //! [`StoreError::Unavailable`], so keyed routes answer `503 idempotency_store_unavailable` with
 //! `Retry-After` (the layer fails closed, nothing runs) and `GET /readyz` answers `503
@@ -9,7 +9,9 @@
 //! the connection with a backoff from 500 milliseconds up to 5 seconds, logging the first
 //! failure and then every tenth, and swaps the real store in once it answers.
 
-use super::{Backend, Opened};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use super::Backend;
+use super::Opened;
 use crate::serve::db::Db;
 use anyhow::Result;
 use oncely_core::{Maintenance, StoreError};
@@ -108,6 +110,55 @@ pub(super) async fn open_redis(url: &str, db: Db) -> Result<Opened> {
     Ok(super::split(standby, db))
 }
 
+/// An SQL key store's own migrations (`PostgresStore::migrate`, `MySqlStore::migrate`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+type MigrateFn<S> =
+    fn(S) -> futures::future::BoxFuture<'static, Result<(), oncely_core::StoreError>>;
+
+/// The standby for an SQL key store and its business database `db`, both on a lazy pool: the
+/// store's migrations (`migrate`), then the business tables', run at once if `what` answers,
+/// else in the background until it does.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn prepare_sql<S>(
+    what: &'static str,
+    store: S,
+    migrate: MigrateFn<S>,
+    db: Db,
+    backend: Backend,
+) -> Result<Opened>
+where
+    S: Maintenance + Clone + 'static,
+{
+    let standby = Standby::new();
+    let prepare = {
+        let (store, db) = (store.clone(), db.clone());
+        move || {
+            let (store, db) = (store.clone(), db.clone());
+            async move {
+                migrate(store.clone()).await?;
+                db.migrate().await?;
+                let store: Arc<dyn Maintenance> = Arc::new(store);
+                anyhow::Ok(store)
+            }
+        }
+    };
+    match prepare().await {
+        Ok(s) => standby.set(s),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "{what} does not answer; starting anyway");
+            let standby = Arc::clone(&standby);
+            tokio::spawn(async move {
+                standby.set(until_it_answers(what, prepare).await);
+            });
+        }
+    }
+    Ok(Opened {
+        store: standby,
+        backend,
+        db,
+    })
+}
+
 /// Opens the PostgreSQL key store and business database on a lazy pool; its tables are created
 /// at once if PostgreSQL answers, else in the background.
 #[cfg(feature = "postgres")]
@@ -129,35 +180,30 @@ pub(super) async fn open_postgres(url: &str) -> Result<Opened> {
         .acquire_timeout(PostgresStore::DEFAULT_ACQUIRE_TIMEOUT)
         .connect_lazy_with(options);
     let store = PostgresStore::from_pool(pool.clone(), Arc::new(oncely_core::SystemClock));
-    let db = Db::Postgres(pool);
-    let standby = Standby::new();
-    let prepare = {
-        let (store, db) = (store.clone(), db.clone());
-        move || {
-            let (store, db) = (store.clone(), db.clone());
-            async move {
-                store.migrate().await?;
-                db.migrate().await?;
-                let store: Arc<dyn Maintenance> = Arc::new(store);
-                anyhow::Ok(store)
-            }
-        }
-    };
-    match prepare().await {
-        Ok(s) => standby.set(s),
-        Err(e) => {
-            tracing::warn!(error = %format!("{e:#}"), "the PostgreSQL key store does not answer; starting anyway");
-            let standby = Arc::clone(&standby);
-            tokio::spawn(async move {
-                standby.set(until_it_answers("the PostgreSQL key store", prepare).await);
-            });
-        }
-    }
-    Ok(Opened {
-        store: standby,
-        backend: Backend::Postgres(store),
-        db,
-    })
+    let backend = Backend::Postgres(store.clone());
+    let migrate: MigrateFn<PostgresStore> = |s| Box::pin(async move { s.migrate().await });
+    prepare_sql(
+        "the PostgreSQL key store",
+        store,
+        migrate,
+        Db::Postgres(pool),
+        backend,
+    )
+    .await
+}
+
+/// Opens the MySQL / MariaDB key store and business database on a lazy pool (the business
+/// tables on the store's pool, with its session settings); its tables are created at once if
+/// the database answers, else in the background.
+#[cfg(feature = "mysql")]
+pub(super) async fn open_mysql(url: &str) -> Result<Opened> {
+    let store = oncely_mysql::MySqlStore::connect_lazy(url)
+        .map_err(|e| anyhow::anyhow!("invalid MySQL URL: {e}"))?;
+    let db = Db::Mysql(store.pool().clone());
+    let backend = Backend::Mysql(store.clone());
+    let migrate: MigrateFn<oncely_mysql::MySqlStore> =
+        |s| Box::pin(async move { s.migrate().await });
+    prepare_sql("the MySQL key store", store, migrate, db, backend).await
 }
 
 /// Every operation is the real store's, once there is one.
