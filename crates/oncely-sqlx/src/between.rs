@@ -92,9 +92,9 @@ impl<S: SqlStore> Between<S> {
 
     /// Begins the next phase: a new transaction, opened by the store's fencing step
     /// ([`SqlStore::begin_phase`]: on SQLite and on split stores a conditional renewal of the
-    /// lease; on PostgreSQL nothing, so the phase takes no lock on the record), whose closing
-    /// write ([`Tx::checkpoint`] or [`Tx::commit`]) carries the fencing token: if another
-    /// request took the key over meanwhile, nothing of the phase commits.
+    /// lease; on PostgreSQL and MySQL nothing, so the phase takes no lock on the record), whose
+    /// closing write ([`Tx::checkpoint`] or [`Tx::commit`]) carries the fencing token: if
+    /// another request took the key over meanwhile, nothing of the phase commits.
     ///
     /// # Errors
     ///

@@ -21,16 +21,19 @@ use std::sync::{Arc, Mutex};
 ///   holding no database connection ([`Claimer::local_wait`], up to
 ///   [`LOCAL_WAIT`](Self::LOCAL_WAIT), 4 seconds, then `409 idempotency_request_in_flight`
 ///   with `Retry-After`), and claims once the first's claim has committed (a replay: two
-///   statements on PostgreSQL, one on SQLite). So a burst of retries of one slow request
-///   cannot take the pool's connections from other keys' requests.
+///   statements on PostgreSQL and MySQL, one on SQLite). So a burst of retries of one slow
+///   request cannot take the pool's connections from other keys' requests.
 /// - A duplicate that reaches another process waits in the database. On PostgreSQL it waits in
 ///   short tries that hold a connection only while they run (`PostgresStore::claim_tx`: each
 ///   try waits at most 10 milliseconds on the key's unique-index entry, then gives its
 ///   connection back and pauses, 20 milliseconds doubling up to 200), so a burst of retries
 ///   across processes cannot use up a pool either; after `PostgresStore::CLAIM_WAIT`
-///   (1 second) it gets `409 idempotency_request_in_flight` with `Retry-After`. On SQLite it
-///   waits for the write lock, bounded by the busy timeout (5 seconds), then gets `503`: every
-///   writer, of any key, waits for the one write lock (keep transactions short).
+///   (1 second) it gets `409 idempotency_request_in_flight` with `Retry-After`. On MySQL and
+///   MariaDB it waits on the key's row, bounded by `innodb_lock_wait_timeout`
+///   (`MySqlStore::TX_LOCK_TIMEOUT`, 4 seconds, set by the transaction itself), holding its
+///   connection, then gets the `409`. On SQLite it waits for the write lock, bounded by the
+///   busy timeout (5 seconds), then gets `503`: every writer, of any key, waits for the one
+///   write lock (keep transactions short).
 /// - Once a multi-step request committed its first phase, a duplicate gets the layer's usual
 ///   in-flight answer while it runs.
 /// - A replay or a mismatch never enters the handler and never leaves a write behind (on SQLite

@@ -15,7 +15,7 @@ use oncely_core::{Problem, StoreError};
 /// | [`TxError::ResponseFailed`] | `500 response_failed` | the response body broke while it was captured; nothing committed, a retry runs again |
 /// | [`TxError::Fenced`] | `409 idempotency_request_in_flight`, `Retry-After` | this request lost its claim (its lease lapsed, another took over); nothing of this phase committed |
 /// | [`TxError::Store`] | `503 idempotency_store_unavailable`, `Retry-After` | the key store failed; nothing of this phase committed |
-/// | [`TxError::Database`], transient | `503 database_unavailable`, `Retry-After` | a connection, lock or serialization failure; the phase rolled back, a retry with the same key runs it again |
+/// | [`TxError::Database`], transient | `503 database_unavailable`, `Retry-After` | a connection, lock or serialization failure, a deadlock's victim; the phase rolled back, a retry with the same key runs it again |
 /// | [`TxError::Database`], refused | `422 database_refused`, not retryable | the database refused a value for good (a constraint, a value of the wrong shape: SQLSTATE classes 22 and 23, SQLite constraint errors); retrying the same request cannot succeed |
 /// | [`TxError::Database`], other | `500 database_error`, not retryable | also the answer to a handler that ignored a failed statement on PostgreSQL and went on to `Tx::commit` or `Tx::checkpoint`: the database had aborted the transaction (SQLSTATE `25P02`), so nothing of the phase committed (the original error is lost: return it with `?` to get its own answer) |
 /// | [`TxError::RecoveryPoint`] | `500 recovery_point_invalid` | a stored recovery point does not decode as the handler's step type |
@@ -66,7 +66,8 @@ pub enum TxError {
     /// committed, which can repeat the broken phase's writes: it is a server bug, logged at
     /// `error`, and the answer is not retryable.
     ///
-    /// Detected before recording on SQLite always (a savepoint, no I/O); on PostgreSQL at
+    /// Detected before recording on SQLite always (a savepoint, no I/O); on PostgreSQL and
+    /// MySQL (a savepoint, one round trip) at
     /// [`Tx::checkpoint`](crate::Tx::checkpoint) and at the commit of a later phase, not at the
     /// commit of the phase that carries the claim (it would cost that hot path a round trip;
     /// see [`SqlStore::complete_in`](crate::SqlStore::complete_in)) unless its completion was
@@ -116,7 +117,8 @@ pub enum DbErrorClass {
     Other,
 }
 
-/// Classifies an sqlx error (PostgreSQL SQLSTATE classes, SQLite result codes).
+/// Classifies an sqlx error (PostgreSQL SQLSTATE classes, MySQL and MariaDB error numbers and
+/// SQLSTATEs, SQLite result codes).
 pub fn classify(e: &sqlx::Error) -> DbErrorClass {
     match e {
         sqlx::Error::Io(_)
@@ -126,6 +128,10 @@ pub fn classify(e: &sqlx::Error) -> DbErrorClass {
         | sqlx::Error::Protocol(_)
         | sqlx::Error::Tls(_) => DbErrorClass::Transient,
         sqlx::Error::Database(db) => {
+            #[cfg(feature = "mysql")]
+            if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                return classify_mysql(my.number(), my.code().unwrap_or_default());
+            }
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
             // SQLite's codes are numbers; PostgreSQL's SQLSTATEs are five characters (often
             // digits too, so the driver decides).
@@ -154,6 +160,29 @@ pub fn classify(e: &sqlx::Error) -> DbErrorClass {
                 _ => DbErrorClass::Other,
             }
         }
+        _ => DbErrorClass::Other,
+    }
+}
+
+/// MySQL and MariaDB: by the server's error number first (their SQLSTATE is often the
+/// catch-all `HY000`), then by the SQLSTATE's class as for PostgreSQL.
+#[cfg(feature = "mysql")]
+fn classify_mysql(number: u16, sqlstate: &str) -> DbErrorClass {
+    match number {
+        // Lock wait timeout, deadlock (the transaction was rolled back: run it again), too many
+        // connections, server shutting down, query interrupted or over its time limit, a
+        // connection killed (MariaDB).
+        1205 | 1213 | 1040 | 1053 | 1317 | 3024 | 1927 => return DbErrorClass::Transient,
+        // Values the table refuses for good in strict mode: truncated or wrong for the column
+        // (1265, 1366), a bad date (1292), a CHECK constraint (MySQL 3819, MariaDB 4025).
+        1265 | 1292 | 1366 | 3819 | 4025 => return DbErrorClass::Refused,
+        _ => {}
+    }
+    match sqlstate.get(..2) {
+        Some("08" | "40") => DbErrorClass::Transient,
+        // Data exceptions (too long 1406, out of range 1264) and integrity constraints
+        // (duplicate key 1062, NOT NULL 1048, foreign keys 1451 and 1452).
+        Some("22" | "23") => DbErrorClass::Refused,
         _ => DbErrorClass::Other,
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Transactional idempotency for axum + sqlx handlers: the claim of the request's
 //! `Idempotency-Key`, the handler's business writes and the stored response commit as **one**
-//! database transaction, on PostgreSQL and SQLite with the same code.
+//! database transaction, on PostgreSQL, MySQL / MariaDB and SQLite with the same code.
 //!
 //! ```no_run
 //! use axum::{Json, Router, http::StatusCode, routing::post};
@@ -32,7 +32,8 @@
 //! # let _ = app; Ok(()) }
 //! ```
 //!
-//! With PostgreSQL, write `Tx<PostgresStore>` and `$1` placeholders; nothing else changes.
+//! With PostgreSQL, write `Tx<PostgresStore>` and `$1` placeholders; with MySQL or MariaDB,
+//! `Tx<MySqlStore>` (`oncely_mysql`) and `?` placeholders; nothing else changes.
 //!
 //! # Guarantees
 //!
@@ -98,7 +99,7 @@
 //! ([`Between::call`]), record its result in the next phase. Between phases the request holds
 //! no connection and no lock, and the layer's heartbeat renews its lease however long the call
 //! takes; it also renews while a phase is open (a phase writes the record only in its closing
-//! statement on PostgreSQL; on SQLite an open phase holds the database's one write lock, which
+//! statement on PostgreSQL and MySQL; on SQLite an open phase holds the database's one write lock, which
 //! the renewal must wait for, so there a transaction held across an outside call lets the
 //! lease look lapsed until it commits, and stops every other writer meanwhile). A phase open
 //! for more than half the lease is logged as a warning. `Between::call` first makes sure the

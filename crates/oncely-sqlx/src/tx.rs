@@ -55,11 +55,12 @@ impl<S: SqlStore> Clone for TxSlot<S> {
 ///
 /// Never run `COMMIT` or `ROLLBACK` through it: the phase would no longer be one unit.
 /// [`Tx::commit`] and [`Tx::checkpoint`] refuse to record anything on a transaction that ended
-/// early ([`TxError::TransactionEnded`](crate::TxError::TransactionEnded); on PostgreSQL a
-/// `COMMIT` is not checked at the commit of the transaction that carries the claim), and a
-/// `Tx` dropped after its handler ended it gets the same `500 idempotency_handler_misuse`
+/// early ([`TxError::TransactionEnded`](crate::TxError::TransactionEnded); on PostgreSQL and
+/// MySQL a `COMMIT` is not checked at the commit of the transaction that carries the claim),
+/// and a `Tx` dropped after its handler ended it gets the same `500 idempotency_handler_misuse`
 /// answer instead of the handler's (the layer learns it from the rollback: at no extra hop on
-/// SQLite, one round trip on PostgreSQL, on that path only). Nested `sqlx` transactions
+/// SQLite, one round trip on PostgreSQL, up to two on MySQL, on that path only; a transaction
+/// that MySQL rolled back as a deadlock's victim is not taken for one the handler ended). Nested `sqlx` transactions
 /// (savepoints) are fine.
 ///
 /// In axum, take it as a handler argument (it is an extractor); in plain tower, with

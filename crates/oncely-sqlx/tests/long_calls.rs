@@ -1,7 +1,7 @@
 //! A live request keeps its lease, whatever it is doing: outside calls that each take three
 //! times the lease, duplicates arriving all the while, on every store the transactional layer
-//! runs on (SQLite, PostgreSQL, and split stores: keys in Redis, a Redis Cluster or memory,
-//! business writes in SQLite), in real time.
+//! runs on (SQLite, PostgreSQL, MySQL / MariaDB, and split stores: keys in Redis, a Redis
+//! Cluster or memory, business writes in SQLite), in real time.
 //!
 //! Checked for each: the lease seen in the store is always in the future while the request
 //! runs (except where a phase holds SQLite's one write lock, see below), every duplicate is
@@ -10,13 +10,13 @@
 //!
 //! Two handlers: the right shape (every outside call between two phases, with
 //! `Between::call`), and the wrong one (an outside call made inside an open phase). The
-//! wrong one must not lose its lease either where the store allows it (PostgreSQL and split
-//! stores); on SQLite its phase holds the database's write lock for the call's duration, so
+//! wrong one must not lose its lease either where the store allows it (PostgreSQL, MySQL and
+//! split stores); on SQLite its phase holds the database's write lock for the call's duration, so
 //! nothing can renew the lease meanwhile, and nothing can take it over either: the test checks
 //! that no takeover happens and each call is made once.
 //!
 //! Tests that need a server skip, printing why, when `ONCELY_TEST_POSTGRES_URL`,
-//! `ONCELY_TEST_REDIS_URL` or `ONCELY_TEST_REDIS_CLUSTER_URL` is unset.
+//! `ONCELY_TEST_MYSQL_URL`, `ONCELY_TEST_REDIS_URL` or `ONCELY_TEST_REDIS_CLUSTER_URL` is unset.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -284,6 +284,16 @@ async fn postgres() -> Option<oncely_postgres::PostgresStore> {
     Some(store)
 }
 
+async fn mysql() -> Option<oncely_mysql::MySqlStore> {
+    let Ok(url) = std::env::var("ONCELY_TEST_MYSQL_URL") else {
+        eprintln!("skipping: ONCELY_TEST_MYSQL_URL is not set");
+        return None;
+    };
+    let store = oncely_mysql::MySqlStore::connect(&url).await.unwrap();
+    store.migrate().await.unwrap();
+    Some(store)
+}
+
 /// Keys in `keys`, business transactions in a fresh SQLite database.
 async fn split(keys: Arc<dyn Maintenance>) -> oncely_sqlx::Split<sqlx::Sqlite> {
     oncely_sqlx::Split::new(keys, sqlite().await.pool().clone())
@@ -338,6 +348,7 @@ both_shapes!(
     Renewal::BlockedByAnOpenPhase
 );
 both_shapes!(on_postgres, postgres().await, Renewal::Always);
+both_shapes!(on_mysql, mysql().await, Renewal::Always);
 both_shapes!(
     on_memory_keys,
     Some(split(Arc::new(oncely_core::MemoryStore::new())).await),

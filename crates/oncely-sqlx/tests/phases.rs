@@ -1,6 +1,7 @@
 //! The phase conformance suite: the same scenarios, against a real axum app built on
-//! `oncely_sqlx::layer`, on SQLite (always) and PostgreSQL (when `ONCELY_TEST_POSTGRES_URL` is
-//! set; otherwise those tests print why and pass without running).
+//! `oncely_sqlx::layer`, on SQLite (always), PostgreSQL (when `ONCELY_TEST_POSTGRES_URL` is
+//! set) and MySQL / MariaDB (when `ONCELY_TEST_MYSQL_URL` is set); where a variable is unset,
+//! those tests print why and pass without running.
 //!
 //! A "crash" is modelled as a process dying: the handler panics at the crash point, so its
 //! transaction is rolled back by the database and the layer does nothing after it (no release,
@@ -54,6 +55,14 @@ trait Db: SqlStore + oncely_core::Maintenance + Sized {
     /// A statement that fails (a missing table: neither transient nor a refused value).
     async fn broken(conn: &mut <Self::Database as Database>::Connection)
     -> Result<(), sqlx::Error>;
+    /// Whether two transactions that lock rows in opposite orders can deadlock (one is rolled
+    /// back as its victim): PostgreSQL and MySQL; SQLite has one writer at a time.
+    const DEADLOCKS: bool = true;
+    /// Takes the row lock of the business row `id` (an `UPDATE` that changes nothing).
+    async fn lock_row(
+        conn: &mut <Self::Database as Database>::Connection,
+        id: &str,
+    ) -> Result<(), sqlx::Error>;
     /// Moves the record of `key` on to another token, inside the caller's transaction.
     async fn bump_token(
         conn: &mut <Self::Database as Database>::Connection,
@@ -103,6 +112,14 @@ impl Db for oncely_sqlite::SqliteStore {
     }
     async fn broken(conn: &mut sqlx::SqliteConnection) -> Result<(), sqlx::Error> {
         sqlx::query("SELECT * FROM no_such_table")
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+    const DEADLOCKS: bool = false;
+    async fn lock_row(conn: &mut sqlx::SqliteConnection, id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE rows SET key = key WHERE id = ?1")
+            .bind(id)
             .execute(conn)
             .await
             .map(drop)
@@ -181,8 +198,90 @@ impl Db for oncely_postgres::PostgresStore {
             .await
             .map(drop)
     }
+    async fn lock_row(conn: &mut sqlx::PgConnection, id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE oncely_sqlx_rows SET key = key WHERE id = $1")
+            .bind(id)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
     async fn bump_token(conn: &mut sqlx::PgConnection, key: &str) -> Result<(), sqlx::Error> {
         sqlx::query("UPDATE oncely_idempotency_keys SET token = token + 1 WHERE key = $1")
+            .bind(key)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+}
+
+#[async_trait]
+impl Db for oncely_mysql::MySqlStore {
+    const GUARDS_HOT_COMMIT: bool = false;
+    const FAILED_STATEMENT_ABORTS: bool = false;
+    async fn raw(conn: &mut sqlx::MySqlConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+        sqlx::query(sql).execute(conn).await.map(drop)
+    }
+    async fn fresh(clock: ManualClock) -> Option<Self> {
+        let Ok(url) = std::env::var("ONCELY_TEST_MYSQL_URL") else {
+            eprintln!(
+                "skipping: ONCELY_TEST_MYSQL_URL is unset (a MySQL or MariaDB URL is needed)"
+            );
+            return None;
+        };
+        // A small pool per test (the tests run in parallel), with the server's session defaults
+        // (a 50-second lock wait among them): the claim and phase transactions bound their own
+        // waits at 4 seconds.
+        let options: sqlx::mysql::MySqlConnectOptions = url.parse().unwrap();
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(12)
+            .connect_with(options)
+            .await
+            .unwrap();
+        let store = oncely_mysql::MySqlStore::from_pool(pool, Arc::new(clock));
+        store.migrate().await.unwrap();
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS oncely_sqlx_rows \
+             (id VARCHAR(64) PRIMARY KEY, `key` VARCHAR(255) NOT NULL) ENGINE = InnoDB",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        Some(store)
+    }
+    async fn insert_row(
+        conn: &mut sqlx::MySqlConnection,
+        id: &str,
+        key: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("INSERT INTO oncely_sqlx_rows (id, `key`) VALUES (?, ?)")
+            .bind(id)
+            .bind(key)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+    async fn rows(&self, key: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM oncely_sqlx_rows WHERE `key` = ?")
+            .bind(key)
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
+    }
+    async fn broken(conn: &mut sqlx::MySqlConnection) -> Result<(), sqlx::Error> {
+        sqlx::query("SELECT * FROM oncely_sqlx_no_such_table")
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+    async fn lock_row(conn: &mut sqlx::MySqlConnection, id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE oncely_sqlx_rows SET `key` = `key` WHERE id = ?")
+            .bind(id)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+    async fn bump_token(conn: &mut sqlx::MySqlConnection, key: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE oncely_idempotency_keys SET token = token + 1 WHERE `key` = ?")
             .bind(key)
             .execute(conn)
             .await
@@ -207,6 +306,8 @@ struct Ctl<S> {
     pause_at: Mutex<Option<&'static str>>,
     gate: Notify,
     paused: Notify,
+    /// Where the two requests of the deadlock scenario meet, each holding its first row lock.
+    both_locked: tokio::sync::Barrier,
 }
 
 type App<S> = Arc<Ctl<S>>;
@@ -445,6 +546,23 @@ async fn commits_status<S: Db>(
     Ok(committed)
 }
 
+/// Locks the business rows named by `x-first` and `x-then`, in that order, meeting the other
+/// request of the deadlock scenario in between; then commits `201`.
+async fn locks<S: Db>(
+    State(app): State<App<S>>,
+    headers: HeaderMap,
+    mut tx: Tx<S>,
+) -> Result<Response, TxError> {
+    app.executions.fetch_add(1, Ordering::SeqCst);
+    let row = |name: &str| headers[name].to_str().unwrap().to_owned();
+    S::lock_row(&mut tx, &row("x-first")).await?;
+    if headers.contains_key("x-meet") {
+        app.both_locked.wait().await;
+    }
+    S::lock_row(&mut tx, &row("x-then")).await?;
+    tx.commit((StatusCode::CREATED, "locked")).await
+}
+
 /// A handler bug: writes, then answers success without committing.
 async fn forget<S: Db>(mut tx: Tx<S>) -> Result<Response, TxError> {
     own_row(&mut tx).await?;
@@ -488,6 +606,7 @@ async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
         pause_at: Mutex::new(None),
         gate: Notify::new(),
         paused: Notify::new(),
+        both_locked: tokio::sync::Barrier::new(2),
     });
     let router = Router::new()
         .route("/single", post(single::<S>))
@@ -499,6 +618,7 @@ async fn harness_with<S: Db>(policy: Policy) -> Option<Harness<S>> {
         .route("/fenced", post(fenced::<S>))
         .route("/ends_itself", post(ends_itself::<S>))
         .route("/commits_status", post(commits_status::<S>))
+        .route("/locks", post(locks::<S>))
         .with_state(Arc::clone(&app))
         .layer(oncely_sqlx::layer(store, policy))
         .layer(middleware::from_fn(authenticate));
@@ -798,11 +918,12 @@ async fn a_takeover_resumes_with_its_step<S: Db>() {
     let rp: Step = serde_json::from_str(rec.recovery_point().unwrap()).unwrap();
     assert!(matches!(rp, Step::Recorded { .. }));
     // The abandoned record carries its request for the completer: the claim left it out (an
-    // atomic store), the first checkpoint stored it.
+    // atomic store), the first checkpoint stored it. The listing is oldest first, and the
+    // database is shared with other tests whose abandoned records are older: list them all.
     let abandoned = h
         .app
         .store
-        .list_abandoned(Duration::ZERO, 100)
+        .list_abandoned(Duration::ZERO, 100_000)
         .await
         .unwrap();
     let listed = abandoned
@@ -1288,6 +1409,73 @@ async fn the_committed_response_is_the_one_sent<S: Db>() {
     assert_eq!(h.app.executions.load(Ordering::SeqCst), 1);
 }
 
+/// Two requests lock two business rows in opposite orders: the database rolls one back as the
+/// deadlock's victim. Its handler returns the statement's error: a transient failure (`503
+/// database_unavailable`, retryable), nothing of it committed (the key is free), and its retry
+/// executes; never `500 idempotency_handler_misuse`, although the database, not the phase,
+/// ended the victim's transaction (on MySQL the connection goes on in autocommit, as after a
+/// handler's own `ROLLBACK`). The other request commits.
+async fn a_deadlock_victim_is_retryable_and_its_retry_executes<S: Db>() {
+    if !S::DEADLOCKS {
+        return;
+    }
+    let Some(h) = harness::<S>().await else {
+        return;
+    };
+    let (a, b) = (key(), key());
+    // The two rows, written in a transaction of the store's own (a claim of a key of its own).
+    let setup = oncely_core::conformance::claim_req(&rid(&key()), "{}");
+    let (_, setup) = h.app.store.claim_tx(&setup).await.unwrap();
+    let mut setup = setup.expect("the setup claim's transaction");
+    for row in [&a, &b] {
+        S::insert_row(&mut setup, row, "locks").await.unwrap();
+    }
+    setup.commit().await.unwrap();
+    let send_locks = |k: String, first: String, then: String, meet: bool| {
+        let r = h.router.clone();
+        async move {
+            let mut extra = vec![("x-first", first.as_str()), ("x-then", then.as_str())];
+            if meet {
+                extra.push(("x-meet", "1"));
+            }
+            send(&r, request("/locks", &k, &extra)).await
+        }
+    };
+    let ka = key();
+    let kb = key();
+    let (ra, rb) = tokio::join!(
+        tokio::spawn(send_locks(ka.clone(), a.clone(), b.clone(), true)),
+        tokio::spawn(send_locks(kb.clone(), b.clone(), a.clone(), true)),
+    );
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    let (victim, victim_key) = match (ra.status, rb.status) {
+        (201, 503) => (rb, kb),
+        (503, 201) => (ra, ka),
+        other => panic!(
+            "one commits, one is the victim: {other:?} {} {}",
+            String::from_utf8_lossy(&ra.body),
+            String::from_utf8_lossy(&rb.body)
+        ),
+    };
+    let problem: serde_json::Value = serde_json::from_slice(&victim.body).unwrap();
+    assert_eq!(problem["code"], "database_unavailable", "{problem}");
+    assert_eq!(problem["retryable"], true);
+    assert_eq!(
+        h.app.store.get(&rid(&victim_key)).await.unwrap(),
+        None,
+        "the victim's claim rolled back: the key is free"
+    );
+    let retry = send_locks(victim_key, a, b, false).await;
+    assert_eq!(
+        retry.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&retry.body)
+    );
+    assert!(!retry.replayed);
+    assert_eq!(h.app.executions.load(Ordering::SeqCst), 3);
+}
+
 macro_rules! suite {
     ($module:ident, $store:ty) => {
         mod $module {
@@ -1368,6 +1556,10 @@ macro_rules! suite {
                 super::a_takeover_waits_for_an_open_phase::<$store>().await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_deadlock_victim_is_retryable_and_its_retry_executes() {
+                super::a_deadlock_victim_is_retryable_and_its_retry_executes::<$store>().await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_duplicate_during_a_later_phase_is_in_flight_at_once() {
                 super::a_duplicate_during_a_later_phase_is_in_flight_at_once::<$store>().await;
             }
@@ -1377,3 +1569,4 @@ macro_rules! suite {
 
 suite!(sqlite, oncely_sqlite::SqliteStore);
 suite!(postgres, oncely_postgres::PostgresStore);
+suite!(mysql, oncely_mysql::MySqlStore);

@@ -1,7 +1,10 @@
 //! [`SqlStore`]: a key store whose table lives in the business database, so that its
 //! operations can run inside the handler's own transaction; its implementations for
-//! [`SqliteStore`](oncely_sqlite::SqliteStore) and [`PostgresStore`](oncely_postgres::PostgresStore).
+//! [`SqliteStore`](oncely_sqlite::SqliteStore), [`PostgresStore`](oncely_postgres::PostgresStore)
+//! and [`MySqlStore`](oncely_mysql::MySqlStore).
 
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
@@ -18,6 +21,7 @@ use std::time::Duration;
 /// A [`KeyStore`] on an sqlx database whose operations can also run inside a transaction the
 /// caller holds. Implemented for [`SqliteStore`](oncely_sqlite::SqliteStore) (feature
 /// `sqlite`), [`PostgresStore`](oncely_postgres::PostgresStore) (feature `postgres`),
+/// [`MySqlStore`](oncely_mysql::MySqlStore) (feature `mysql`, MySQL 8 and MariaDB 10.6+),
 /// [`Split`](crate::Split) and [`UnclaimedStore`](crate::unclaimed::UnclaimedStore); the
 /// transactional machinery of this crate ([`Tx`](crate::Tx), [`Between`](crate::Between),
 /// [`TransactionalClaimer`](crate::TransactionalClaimer)) is written once over this trait.
@@ -36,7 +40,7 @@ use std::time::Duration;
 /// writes that will not commit (docs/DESIGN.md, "What the layer checks after the handler").
 #[async_trait]
 pub trait SqlStore: KeyStore + Clone {
-    /// The sqlx database (`sqlx::Sqlite`, `sqlx::Postgres`).
+    /// The sqlx database (`sqlx::Sqlite`, `sqlx::Postgres`, `sqlx::MySql`).
     type Database: Database;
 
     /// Whether the store's operations commit with the caller's transaction (`true`, the
@@ -54,8 +58,10 @@ pub trait SqlStore: KeyStore + Clone {
     ///
     /// SQLite (`SqliteStore::claim_tx`): a read that takes no lock, then `BEGIN IMMEDIATE`
     /// (the write lock) and the insert only when there is no record, in two hops to the
-    /// connection's worker thread. PostgreSQL (`PostgresStore::claim_tx`): `BEGIN` and the
-    /// insert first (a read before it would cost every first execution a round trip).
+    /// connection's worker thread. PostgreSQL (`PostgresStore::claim_tx`) and MySQL
+    /// (`MySqlStore::claim_tx`): `BEGIN` and the insert first (a read before it would cost
+    /// every first execution a round trip); MySQL begins and claims again when InnoDB rolled
+    /// the transaction back as a deadlock's victim.
     ///
     /// # Errors
     ///
@@ -72,8 +78,8 @@ pub trait SqlStore: KeyStore + Clone {
     ///
     /// SQLite: `BEGIN IMMEDIATE` and a conditional renewal of the lease, which also fails fast
     /// when the claim was lost (the phase holds the one write lock from its start anyway).
-    /// Split stores: the renewal, committed at once in the key store. PostgreSQL: `BEGIN`
-    /// alone, so that the phase takes no row lock on the record for its whole duration, which
+    /// Split stores: the renewal, committed at once in the key store. PostgreSQL and MySQL:
+    /// `BEGIN` alone, so that the phase takes no row lock on the record for its whole duration, which
     /// would make the layer's heartbeat wait for the phase to end while the lease lapsed.
     ///
     /// # Errors
@@ -112,7 +118,7 @@ pub trait SqlStore: KeyStore + Clone {
     /// Stores the final response in the phase's transaction on `conn` (the record replays it
     /// from the commit on), after checking that it is still the phase's. `hot` is true for
     /// the transaction that carries the claim (a single-phase handler's only commit), where
-    /// PostgreSQL skips the check's round trip unless the write was fenced (see
+    /// PostgreSQL and MySQL skip the check's round trip unless the write was fenced (see
     /// [`TxError::TransactionEnded`]).
     ///
     /// # Errors
@@ -149,7 +155,10 @@ pub trait SqlStore: KeyStore + Clone {
     /// `COMMIT` or `ROLLBACK` through its `Tx`, so what it wrote may have committed (with the
     /// claim, in the first phase). Default: rolls back and says `false` (not checked). SQLite:
     /// the rollback itself fails with "no transaction is active", at no extra hop. PostgreSQL:
-    /// a check first, one round trip on this path only.
+    /// a check first, one round trip on this path only. MySQL: the errors of the handler's last
+    /// statement, then a check (up to two round trips, on this path only), so that a
+    /// transaction the server rolled back as a deadlock's victim is not taken for one the
+    /// handler ended.
     async fn rollback_abandoned(
         &self,
         tx: Transaction<'static, Self::Database>,
