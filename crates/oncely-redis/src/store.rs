@@ -75,8 +75,8 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 });
 
 /// Connection settings for [`RedisStore::connect_with`]. The store URL's query parameters
-/// `accept_volatile`, `wait_replicas` and `wait_timeout_ms`, when present, override the
-/// fields of the same name.
+/// `namespace`, `accept_volatile`, `wait_replicas` and `wait_timeout_ms`, when present,
+/// override the fields of the same name.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RedisConfig {
@@ -87,8 +87,11 @@ pub struct RedisConfig {
     /// (2 seconds).
     pub operation_timeout: Duration,
     /// The key prefix, so several applications (or test runs) can share one Redis database
-    /// without seeing each other's records. Default: [`DEFAULT_NAMESPACE`] (`oncely`). Braces
-    /// and `%` are escaped (see [`record_key`](crate::record_key)).
+    /// without seeing each other's records: every operation, the reaper's and the completer's
+    /// walks included, reaches only the records of its own namespace. Default:
+    /// [`DEFAULT_NAMESPACE`] (`oncely`). Braces and `%` are escaped (see
+    /// [`record_key`](crate::record_key)). URL: `namespace=NAME` (at least one character,
+    /// taken as written, no percent-decoding).
     pub namespace: String,
     /// Accept a Redis that keeps nothing across a restart (see [`Persistence`]): the store
     /// then connects, and a restart loses the replay window of every key (a retry across it
@@ -273,7 +276,8 @@ impl RedisStore {
     /// - a Redis Cluster: `redis+cluster://[user[:password]@]host:port[,host:port…]` (or
     ///   `rediss+cluster://` for TLS): the seed nodes (any reachable one is enough; the rest
     ///   of the cluster is discovered), credentials shared by every node, no database number;
-    /// - Oncely's query parameters, on either form: `accept_volatile=true`
+    /// - Oncely's query parameters, on either form: `namespace=NAME`
+    ///   ([`RedisConfig::namespace`]), `accept_volatile=true`
     ///   ([`RedisConfig::accept_volatile`]), `wait_replicas=N`
     ///   ([`RedisConfig::wait_replicas`]), `wait_timeout_ms=M` ([`RedisConfig::wait_timeout`]),
     ///   e.g. `redis+cluster://127.0.0.1:7100,127.0.0.1:7101?wait_replicas=1&wait_timeout_ms=500`.
@@ -334,7 +338,7 @@ impl RedisStore {
         Ok(Self {
             conn,
             clock: ClockSource::Server,
-            namespace: config.namespace,
+            namespace: options.namespace.unwrap_or(config.namespace),
             timeout,
             wait: (replicas > 0).then_some((replicas, wait_timeout)),
             persistence,
