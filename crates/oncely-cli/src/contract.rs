@@ -448,7 +448,7 @@ pub fn render(policy: &Policy) -> String {
 /// What `code` means to an integrator and what to do about it, with the live numbers of
 /// `policy`.
 fn meaning(code: ErrorCode, policy: &Policy, in_flight_note: &str) -> String {
-    let redrive = oncely_core::jobs::RedrivePolicy::default();
+    let redrive = oncely_jobs::RedrivePolicy::default();
     match code {
         ErrorCode::KeyMissing => "the write needs a key: add one".into(),
         ErrorCode::KeyInvalid => "empty, too long, not visible ASCII, badly quoted or repeated: fix the key".into(),
@@ -492,7 +492,7 @@ fn meaning(code: ErrorCode, policy: &Policy, in_flight_note: &str) -> String {
 /// The gRPC section: the key in metadata, the status table and the A6 retry policy it is made
 /// for, all from the live tables of `oncely-grpc`.
 fn grpc(w: &mut String, policy: &Policy, sdk: &RetryPolicy) {
-    use oncely_grpc::status::{code_name, service_config};
+    use oncely_grpc::status::{ALL_CODES, CallEnd, call_end, code_name, service_config};
     let _ = writeln!(w, "\n## gRPC\n");
     let _ = writeln!(
         w,
@@ -541,11 +541,28 @@ fn grpc(w: &mut String, policy: &Policy, sdk: &RetryPolicy) {
             }
         );
     }
+    let of = |class: CallEnd| {
+        let names: Vec<String> = ALL_CODES
+            .into_iter()
+            .filter(|c| call_end(*c) == class)
+            .map(|c| format!("`{}`", code_name(c)))
+            .collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => names.concat(),
+        }
+    };
     let _ = writeln!(
         w,
-        "\nA handler's own status is judged like its HTTP equivalent (`google.rpc.Code`'s \
-         mapping): `OK` and final errors are stored and replayed; `ABORTED`, `ALREADY_EXISTS` and \
-         `RESOURCE_EXHAUSTED` release the key, so a retry runs again.\n"
+        "\nA handler's own status decides what is kept, every code by its meaning: final answers \
+         ({}) are stored and replayed; {} say nothing was done, so they release the key and a \
+         retry runs again; failures ({}) are stored from a handler without a transaction (its \
+         effects are unknown) and never committed by a transactional one (its step rolls back, \
+         the key is released or the request suspended at its last committed step), like a 5xx \
+         over HTTP.\n",
+        of(CallEnd::Answered),
+        of(CallEnd::TryAgain),
+        of(CallEnd::Failed)
     );
     let b = sdk.backoff();
     let _ = writeln!(

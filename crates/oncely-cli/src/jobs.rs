@@ -3,11 +3,11 @@
 use crate::serve::{StoreUrl, open_store};
 use anyhow::Result;
 use async_trait::async_trait;
-use oncely_core::jobs::{
+use oncely_core::{Maintenance, Record};
+use oncely_jobs::{
     Completer, CompleterCounters, Redrive, RedriveError, RedrivePolicy, complete_abandoned,
     reap_all,
 };
-use oncely_core::{Maintenance, Record};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,7 +109,7 @@ pub fn spawn_completer(
 pub async fn reap(store: &StoreUrl, batch: usize) -> Result<bool> {
     let store = open_store(store).await?;
     let started = std::time::Instant::now();
-    let report = reap_all(&*store, batch.max(1), oncely_core::jobs::DEFAULT_REAP_PAUSE).await?;
+    let report = reap_all(&*store, batch.max(1), oncely_jobs::DEFAULT_REAP_PAUSE).await?;
     println!(
         "reaped {} records past retention ({} of them abandoned in flight) in {:.2} s, batches of {}; {} records are marked for a person (logged)",
         report.deleted,

@@ -84,13 +84,13 @@ impl PolicyArgs {
 }
 
 /// How hard the completer tries before it marks a record for a person
-/// (`oncely_core::jobs::RedrivePolicy`).
+/// (`oncely_jobs::RedrivePolicy`).
 #[derive(clap::Args, Clone, Debug)]
 struct RedriveArgs {
     /// Re-drives one abandoned request gets; when they have not finished it, the completer
     /// marks it for a person (never re-driven again; retries are answered
     /// 409 idempotency_request_needs_attention; the reaper logs it on every pass).
-    #[arg(long, default_value_t = oncely_core::jobs::RedrivePolicy::DEFAULT_MAX_ATTEMPTS)]
+    #[arg(long, default_value_t = oncely_jobs::RedrivePolicy::DEFAULT_MAX_ATTEMPTS)]
     completer_max_attempts: u32,
     /// Seconds between a record's first and second re-drive; each later pause doubles.
     #[arg(long, default_value_t = 30)]
@@ -101,8 +101,8 @@ struct RedriveArgs {
 }
 
 impl RedriveArgs {
-    fn policy(&self) -> oncely_core::jobs::RedrivePolicy {
-        oncely_core::jobs::RedrivePolicy::new(
+    fn policy(&self) -> oncely_jobs::RedrivePolicy {
+        oncely_jobs::RedrivePolicy::new(
             self.completer_max_attempts,
             Duration::from_secs(self.completer_backoff_secs),
             Duration::from_secs(self.completer_backoff_cap_secs),

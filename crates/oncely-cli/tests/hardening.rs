@@ -616,8 +616,9 @@ async fn the_status_url_mode_answers_202_and_the_url_tells_the_state() {
 }
 
 /// An outside card processor for the completer tests, by the payment's `source`: `tok_fail`
-/// always answers `503` (a system that stays down), `tok_hold` waits until released, anything
-/// else succeeds. Counts every charge call per source.
+/// always answers `503` (a system that stays down), `tok_once` answers `503` to its first call
+/// only (a system that comes back), `tok_hold` waits until released, anything else succeeds.
+/// Counts every charge call per source.
 #[derive(Clone, Default)]
 struct Flaky {
     calls: Arc<Mutex<std::collections::BTreeMap<String, usize>>>,
@@ -644,6 +645,10 @@ async fn flaky_charge(
     };
     match source.as_str() {
         "tok_fail" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"error": "processor_down"})),
+        ),
+        "tok_once" if n == 1 => (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({"error": "processor_down"})),
         ),
@@ -808,6 +813,81 @@ async fn the_completer_gives_up_and_marks_the_payment_for_a_person() {
         log_lines() >= 2
     })
     .await;
+}
+
+/// The completer re-drives a suspended gRPC call, not only a REST one: a `CreatePayment` whose
+/// charge failed is suspended at its recovery point (`UNAVAILABLE upstream_unavailable`); the
+/// in-process completer re-drives the stored call, the charge is made once, and the record
+/// completes with the call's gRPC answer, which a retry gets replayed (the `Payment` message,
+/// `grpc-status: 0`, `idempotent-replayed: true`) without another charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_completer_finishes_a_suspended_grpc_payment_with_its_grpc_answer() {
+    use oncely_grpc::payments::v1::CreatePaymentRequest;
+    use oncely_grpc::payments::v1::payments_client::PaymentsClient;
+    use tonic_types::StatusExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("grpc-redrive.sqlite3");
+    let flaky = Flaky::default();
+    let outside = start_flaky(flaky.clone()).await;
+    let s = spawn(
+        &[
+            "--store",
+            db.to_str().unwrap(),
+            "--processor-url",
+            &outside,
+            "--completer-grace-ms",
+            "0",
+            "--completer-every-ms",
+            "200",
+        ],
+        None,
+    );
+    let call = || {
+        let mut req = tonic::Request::new(CreatePaymentRequest {
+            amount: 900,
+            currency: "EUR".into(),
+            source: "tok_once".into(),
+            description: None,
+        });
+        let m = req.metadata_mut();
+        m.insert("authorization", "Bearer acct_h".parse().unwrap());
+        m.insert("idempotency-key", "grpc-redrive-1".parse().unwrap());
+        req
+    };
+    let mut grpc = PaymentsClient::connect(s.url.clone()).await.unwrap();
+    let e = grpc.create_payment(call()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert_eq!(
+        e.get_error_details().error_info().unwrap().reason,
+        "UPSTREAM_UNAVAILABLE"
+    );
+    let url = s.url.clone();
+    eventually("the completer finished the payment", async || {
+        get(&url, "/v1/idempotency-keys/grpc-redrive-1").await.2["state"] == "complete"
+    })
+    .await;
+    let state = get(&s.url, "/v1/idempotency-keys/grpc-redrive-1").await.2;
+    assert_eq!(state["status"], 200, "{state}");
+    // The refused first call, then the re-drive's one charge.
+    assert_eq!(flaky.calls("tok_once"), 2);
+    assert_eq!(
+        metric(&s.url, "oncely_completer_completed_total").await,
+        Some(1)
+    );
+
+    let replay = grpc.create_payment(call()).await.unwrap();
+    assert_eq!(
+        replay.metadata().get("idempotent-replayed").unwrap(),
+        "true"
+    );
+    let p = replay.into_inner();
+    assert_eq!((p.amount, p.status.as_str()), (900, "succeeded"), "{p:?}");
+    assert_eq!(p.charge_id.as_deref(), Some("ch_tok_once_2"));
+    assert_eq!(flaky.calls("tok_once"), 2, "the replay made no charge");
+    // The same payment through REST.
+    let (status, _, rest) = get(&s.url, &format!("/v1/payments/{}", p.id)).await;
+    assert_eq!(status, 200, "{rest}");
+    assert_eq!(rest["charge_id"], "ch_tok_once_2");
 }
 
 /// Issue 14 item 2: a SIGTERM drain stops the in-process completer: while a running request

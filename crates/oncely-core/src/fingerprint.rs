@@ -39,8 +39,10 @@
 //! Credentials are never part of the fingerprint: the scope carries identity, and a rotated API
 //! key must not turn a retry into a mismatch.
 //!
-//! The version is stored with every record; a record is only ever compared with a fingerprint
-//! of the same version (see [`Fingerprint::version`]).
+//! The version is stored with every record, and two fingerprints are equal only when both
+//! their versions and their digests are (see [`Fingerprint::version`]): a record stored under
+//! another version than the one the layer computes now gets, inside its replay window or while
+//! in flight, a mismatch (`422`), never another request's response.
 
 use crate::jcs::{self, JcsError};
 use sha2::{Digest, Sha256};
@@ -305,6 +307,42 @@ mod tests {
     }
 
     const JSON: Option<&str> = Some("application/json; charset=utf-8");
+
+    #[tokio::test]
+    async fn a_record_of_another_version_is_a_mismatch_never_a_replay() {
+        use crate::{
+            ClaimOutcome, ClaimRequest, IdempotencyKey, KeyStore, MemoryStore, RecordKey, Scope,
+            StoredResponse,
+        };
+        use std::time::Duration;
+        let store = MemoryStore::new();
+        let id = RecordKey::new(Scope::new("s"), IdempotencyKey::new("k").unwrap());
+        let v1 = fp("POST", "/v1/payments", JSON, b"{}");
+        let other = Fingerprint::from_parts(v1.version() + 1, *v1.digest());
+        assert_ne!(v1, other, "the same digest under another version");
+        let day = Duration::from_secs(86_400);
+        let req = |f| ClaimRequest::new(id.clone(), f, Duration::from_secs(30), day, 3 * day);
+        let ClaimOutcome::Claimed(c) = store.claim(req(v1)).await.unwrap() else {
+            panic!("a first claim")
+        };
+        store
+            .complete(
+                &id,
+                c.token,
+                StoredResponse::new(201, vec![], b"ok".to_vec()),
+                3 * day,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.claim(req(other)).await.unwrap(),
+            ClaimOutcome::Mismatch
+        ));
+        assert!(matches!(
+            store.claim(req(v1)).await.unwrap(),
+            ClaimOutcome::Replay { .. }
+        ));
+    }
 
     #[test]
     fn json_key_order_and_whitespace_do_not_matter() {

@@ -103,7 +103,10 @@ impl IdempotencyKey {
         if rest > 0 {
             return Err(KeyError::Repeated(rest + 1));
         }
-        // A comma-joined list in one line is also a repetition of the field.
+        // One field line is one key, commas and all: the field is a structured-field String
+        // (an Item, never a List), so a bare `a,b` is the key `a,b`, while two quoted keys
+        // that an intermediary joined into one line (`"a", "b"`) are not one well-formed
+        // String and are refused by `parse` as badly quoted.
         Self::parse(first)
     }
 
@@ -229,6 +232,20 @@ mod tests {
             r#"a"b\c"#
         );
         assert_eq!(IdempotencyKey::parse(b"  abc\t").unwrap().as_str(), "abc");
+    }
+
+    #[test]
+    fn a_comma_is_part_of_a_bare_key_and_joined_quoted_keys_are_refused() {
+        let one = |v: &[u8]| IdempotencyKey::from_header_values([v]);
+        assert_eq!(one(b"a,b").unwrap().as_str(), "a,b");
+        assert_eq!(one(b"\"a,b\"").unwrap().as_str(), "a,b");
+        assert_eq!(one(br#""a","b""#), Err(KeyError::BadQuoting));
+        assert_eq!(one(br#""a", "b""#), Err(KeyError::BadQuoting));
+        assert_eq!(one(b"a, b"), Err(KeyError::NotVisibleAscii(2)));
+        assert_eq!(
+            IdempotencyKey::from_header_values([&b"a"[..], b"b"]),
+            Err(KeyError::Repeated(2))
+        );
     }
 
     #[test]

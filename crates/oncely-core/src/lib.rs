@@ -3,9 +3,10 @@
 //! The tiny, stable core of Oncely: the `Idempotency-Key` contract, the request fingerprint,
 //! the three-state key record, the policy, the problem+json error codes, the clock, and the
 //! store traits every backend implements: [`KeyStore`] (the request path) and [`Maintenance`]
-//! (what the background jobs and operators need), with their `conformance` suite (feature
-//! `conformance`) and [`StoreWrapper`] for a store that changes a few operations of another. No web framework and no database here: the tower layer and the backends
-//! depend on this crate, never the reverse.
+//! (what the background jobs of `oncely-jobs` and operators need), with [`StoreWrapper`] for a
+//! store that changes a few operations of another; every store passes the one suite of
+//! `oncely-conformance`. No web framework and no database here: the tower layer, the jobs and the
+//! backends depend on this crate, never the reverse.
 //!
 //! The one problem type, [`Problem`], renders itself as an HTTP response behind two optional
 //! features, off by default so that the core keeps no web dependency: `http`
@@ -58,12 +59,8 @@
 //! ```
 
 pub mod clock;
-#[cfg(feature = "conformance")]
-pub mod conformance;
 pub mod fingerprint;
 pub mod jcs;
-#[cfg(feature = "jobs")]
-pub mod jobs;
 pub mod key;
 pub mod policy;
 pub mod problem;

@@ -3,12 +3,18 @@
 //! The layer reads `grpc-timeout` (gRPC over HTTP/2: 1 to 8 digits and a unit, `H` hours, `M`
 //! minutes, `S` seconds, `m` milliseconds, `u` microseconds, `n` nanoseconds) and hands the
 //! handler the point in time it stands for as a [`GrpcDeadline`] request extension, so that the
-//! handler can bound its own outside calls by it. tonic's server enforces the deadline itself:
-//! when it passes, the client gets `DEADLINE_EXCEEDED`.
+//! handler can bound its own outside calls by it. tonic's transport server
+//! (`tonic::transport::Server`) enforces the deadline itself: when it passes, it drops the
+//! call's future and answers the client `CANCELLED` ("Timeout expired"), not the
+//! `DEADLINE_EXCEEDED` of gRPC's status code guide. A server that is not tonic's (an axum router
+//! serving the same methods) does not enforce it.
 //!
 //! The claim's **lease stays the policy's** (30 seconds by default), whatever the deadline: a
-//! claimed handler runs on its own task to the end even after its caller gave up, and its
-//! response is stored for the retry. A lease tied to a short deadline would lapse while the
+//! claimed handler runs to its end even after its caller gave up, and its response is stored
+//! for the retry. The layer polls the handler in place, inside the call's future, and hands it
+//! to a tokio task of its own only when that future is dropped unfinished (the deadline
+//! passed, or the client went away), so no execution is cut short and none pays for a task
+//! of its own while its caller waits. A lease tied to a short deadline would lapse while the
 //! handler still runs and let a retry take the key over: a second execution beside the first.
 
 use std::time::Duration;

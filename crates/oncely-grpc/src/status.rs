@@ -36,6 +36,8 @@
 //! | `idempotency_response_not_retained` | `ALREADY_EXISTS` | never | the call completed earlier; its response was too large to keep, and it is not run again |
 //! | `idempotency_streaming_unsupported` | `UNIMPLEMENTED` | never | a key on a client-streaming or bidirectional method, which the layer cannot make idempotent |
 //! | `database_unavailable`, `response_failed` | `UNAVAILABLE` + `RetryInfo` | yes | a transactional phase failed transiently and rolled back; a retry runs it again |
+//! | `request_suspended` | `UNAVAILABLE` + `RetryInfo` | yes | a later phase rolled back after earlier ones committed; the request waits at its recovery point, and a retry resumes it there |
+//! | `idempotency_request_needs_attention` | `FAILED_PRECONDITION` | never | the completer gave up on the request and marked it for a person: the system is not in the state the call needs, and no retry changes that (AIP-193) |
 //! | `handler_did_not_commit` | `INTERNAL` | never | a server bug (a success whose writes were rolled back) |
 //! | `idempotency_layer_missing`, `idempotency_handler_misuse`, `database_error`, `recovery_point_invalid` | `INTERNAL` | never | a server bug or misconfiguration |
 //! | `database_refused` | `INVALID_ARGUMENT` | never | the database refuses a value of the message for good |
@@ -49,13 +51,32 @@
 //! # What a handler's status means to the store policy
 //!
 //! A gRPC response is HTTP `200` whatever its outcome; its status is `grpc-status`, in the
-//! headers (a trailers-only error) or in the trailers. [`GrpcDialect`] maps it to HTTP by
-//! `google.rpc.Code`'s documented mapping ([`http_status_of`]) and the layer's
-//! [`StorePolicy`](oncely_core::StorePolicy) decides from that, as for REST: `OK` and
-//! definitive errors (`INVALID_ARGUMENT`, `NOT_FOUND`, `FAILED_PRECONDITION`, ...) are stored and
-//! replayed with their trailers; `ABORTED` and `ALREADY_EXISTS` (409), `RESOURCE_EXHAUSTED`
-//! (429) release the key, so a retry runs again; `UNAVAILABLE`, `INTERNAL`, ... (5xx) are stored
-//! from non-transactional handlers and released after a rolled-back transaction.
+//! headers (a trailers-only error) or in the trailers. [`GrpcDialect`] reads it and classifies
+//! it ([`call_end`], every one of the 17 codes), and the layer's
+//! [`StorePolicy`](oncely_core::StorePolicy) decides from that as from an HTTP status
+//! ([`judged_status`]): a final answer is stored and replayed with its trailers, a "try again"
+//! releases the key, and a failure is stored from a non-transactional handler (its effects are
+//! unknown) but never committed by a transactional one (docs/DESIGN.md, "The store policy"):
+//!
+//! | gRPC status | [`CallEnd`] | non-transactional handler | `Tx::commit` of it | why |
+//! |---|---|---|---|---|
+//! | `OK` | answered | stored | committed | the call's result |
+//! | `INVALID_ARGUMENT`, `OUT_OF_RANGE` | answered | stored | committed | the message is wrong: a retry of it gets the same answer |
+//! | `FAILED_PRECONDITION` | answered | stored | committed | the system is not in the state the call needs (gRPC's guide: not retried until it is fixed) |
+//! | `NOT_FOUND`, `PERMISSION_DENIED`, `UNAUTHENTICATED` | answered | stored | committed | final answers (HTTP 404, 403, 401) |
+//! | `ALREADY_EXISTS` | answered | stored | committed | what the call would create exists: final (gRPC's guide: not retried). `google.rpc.Code` maps it to 409 like `ABORTED`, but only `ABORTED` says "try again" |
+//! | `UNIMPLEMENTED` | answered | stored | committed | the method is not implemented or not enabled: final, whatever `google.rpc.Code`'s 501 suggests |
+//! | `ABORTED` | try again | released | rolled back, released | a concurrency conflict, resolved by retrying (gRPC's guide; HTTP 409) |
+//! | `RESOURCE_EXHAUSTED` | try again | released | rolled back, released | a quota or rate limit, or a message too large: nothing was done (HTTP 429) |
+//! | `CANCELLED` | failed | stored | rolled back, released | the call stopped before its end (its caller went away, or a call it made was cancelled): its effects are unknown, and a retry's caller cancelled nothing, so it is never a final answer |
+//! | `DEADLINE_EXCEEDED` | failed | stored | rolled back, released | the handler ran out of time part-way; it may have done its work (gRPC's guide; HTTP 504) |
+//! | `UNAVAILABLE` | failed | stored | rolled back, released | transient, but after the handler ran: as HTTP 503 |
+//! | `UNKNOWN`, `INTERNAL`, `DATA_LOSS` | failed | stored | rolled back, released | server errors (HTTP 500) |
+//!
+//! "Rolled back, released": a transactional handler's `Tx::commit` of it does not commit; the
+//! phase rolls back with its writes and the key is released, or the request suspended at its
+//! last committed recovery point, so that a retry runs again. A `grpc-status` that is not a
+//! number is `UNKNOWN`.
 
 use base64::Engine as _;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
@@ -205,6 +226,81 @@ pub fn http_status_of(code: Code) -> StatusCode {
     StatusCode::from_u16(n).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
+/// Every gRPC status code, in the order of their numbers (0 to 16).
+pub const ALL_CODES: [Code; 17] = [
+    Code::Ok,
+    Code::Cancelled,
+    Code::Unknown,
+    Code::InvalidArgument,
+    Code::DeadlineExceeded,
+    Code::NotFound,
+    Code::AlreadyExists,
+    Code::PermissionDenied,
+    Code::ResourceExhausted,
+    Code::FailedPrecondition,
+    Code::Aborted,
+    Code::OutOfRange,
+    Code::Unimplemented,
+    Code::Internal,
+    Code::Unavailable,
+    Code::DataLoss,
+    Code::Unauthenticated,
+];
+
+/// What a handler's gRPC status says about its call, for the store policy (the table in the
+/// [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallEnd {
+    /// A final answer (`OK`, or an error a retry of the same call would get again): stored and
+    /// replayed; a transactional handler's `Tx::commit` of it commits.
+    Answered,
+    /// Nothing was done and a retry may succeed (`ABORTED`, `RESOURCE_EXHAUSTED`; HTTP's 408,
+    /// 409, 425 and 429): not stored, the key is released.
+    TryAgain,
+    /// The call failed or stopped part-way, its effects unknown (HTTP's 5xx): stored from a
+    /// non-transactional handler; a transactional handler's `Tx::commit` of it does not commit,
+    /// and the key is released (or the request suspended at its recovery point).
+    Failed,
+}
+
+/// The class of every gRPC status code for the store policy (see the [module docs](self) for
+/// the reasons, after gRPC's status code guide and AIP-194).
+pub const fn call_end(code: Code) -> CallEnd {
+    match code {
+        Code::Ok
+        | Code::InvalidArgument
+        | Code::NotFound
+        | Code::AlreadyExists
+        | Code::PermissionDenied
+        | Code::FailedPrecondition
+        | Code::OutOfRange
+        | Code::Unimplemented
+        | Code::Unauthenticated => CallEnd::Answered,
+        Code::ResourceExhausted | Code::Aborted => CallEnd::TryAgain,
+        Code::Cancelled
+        | Code::Unknown
+        | Code::DeadlineExceeded
+        | Code::Internal
+        | Code::Unavailable
+        | Code::DataLoss => CallEnd::Failed,
+    }
+}
+
+/// The HTTP status the store policy judges a handler's gRPC status by: `google.rpc.Code`'s
+/// mapping ([`http_status_of`]) where it says what [`call_end`] says, else the HTTP status of
+/// that class: `400` for the final answers `ALREADY_EXISTS` (mapped to 409, "try again" to the
+/// policy) and `UNIMPLEMENTED` (mapped to 501), `500` for `CANCELLED` (mapped to 499, a final
+/// client error to the policy).
+pub fn judged_status(code: Code) -> StatusCode {
+    let mapped = http_status_of(code);
+    match (call_end(code), code) {
+        (CallEnd::Answered, Code::AlreadyExists | Code::Unimplemented) => StatusCode::BAD_REQUEST,
+        (CallEnd::Failed, Code::Cancelled) => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => mapped,
+    }
+}
+
 /// The gRPC status of a problem, with its `google.rpc` details (see the [module docs](self)):
 /// `ErrorInfo` always, `RetryInfo` when `retry_after_secs` is given.
 pub fn status_of(problem: &Problem, retry_after_secs: Option<u64>) -> tonic::Status {
@@ -268,7 +364,7 @@ impl Dialect for GrpcDialect {
                     .ok()
                     .and_then(|s| s.trim().parse::<i32>().ok())
                     .map_or(Code::Unknown, Code::from_i32);
-                http_status_of(code)
+                judged_status(code)
             }
         }
     }
@@ -402,6 +498,82 @@ mod tests {
                 .find(|r| r.code == code)
                 .unwrap_or_else(|| panic!("{code} is missing from the table"));
             assert_eq!(row.retryable, code.retryable(), "{code}");
+        }
+    }
+
+    /// The store policy's verdict on every gRPC status a handler can answer: its class, whether
+    /// a non-transactional handler's response is stored, whether `Tx::commit` of it commits.
+    /// The match has no wildcard arm: a new status code does not build until it is classified.
+    fn expected_policy(code: Code) -> (CallEnd, bool, bool) {
+        match code {
+            Code::Ok
+            | Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::PermissionDenied
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::Unimplemented
+            | Code::Unauthenticated => (CallEnd::Answered, true, true),
+            Code::ResourceExhausted | Code::Aborted => (CallEnd::TryAgain, false, false),
+            Code::Cancelled
+            | Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::Internal
+            | Code::Unavailable
+            | Code::DataLoss => (CallEnd::Failed, true, false),
+        }
+    }
+
+    #[test]
+    fn every_grpc_status_has_its_store_policy() {
+        let policy = oncely_core::StorePolicy::default();
+        let none = HeaderMap::new();
+        for (n, code) in ALL_CODES.into_iter().enumerate() {
+            assert_eq!(Code::from_i32(i32::try_from(n).unwrap()), code);
+            let (class, stored, committed) = expected_policy(code);
+            assert_eq!(call_end(code), class, "{code:?}");
+            // Read from the trailers and from a trailers-only head alike.
+            let trailers = vec![("grpc-status".to_owned(), n.to_string().into_bytes())];
+            let mut head = HeaderMap::new();
+            head.insert("grpc-status", HeaderValue::from(n));
+            for judged in [
+                GrpcDialect.effective_status(StatusCode::OK, &none, &trailers),
+                GrpcDialect.effective_status(StatusCode::OK, &head, &[]),
+            ] {
+                assert_eq!(judged, judged_status(code), "{code:?}");
+                assert_eq!(policy.stores(judged.as_u16(), false), stored, "{code:?}");
+                assert_eq!(policy.keeps_commit(judged.as_u16()), committed, "{code:?}");
+                // A status the policy stores is never one a rolled-back transaction keeps.
+                assert!(!policy.stores(judged.as_u16(), true), "{code:?}");
+            }
+        }
+        assert_eq!(Code::from_i32(17), Code::Unknown, "a 17th code is unknown");
+    }
+
+    #[test]
+    fn the_module_docs_have_a_row_for_every_machine_code_and_grpc_status() {
+        let rows: Vec<&str> = include_str!("status.rs")
+            .lines()
+            .filter(|l| l.starts_with("//! | `"))
+            .collect();
+        for code in ErrorCode::ALL {
+            let name = format!("`{}`", code.as_str());
+            assert!(rows.iter().any(|r| r.contains(&name)), "{name}");
+        }
+        // The store policy's table: the first column, by class.
+        for code in ALL_CODES {
+            let name = format!("`{}`", code_name(code));
+            let class = match expected_policy(code).0 {
+                CallEnd::Answered => "| answered |",
+                CallEnd::TryAgain => "| try again |",
+                CallEnd::Failed => "| failed |",
+            };
+            assert!(
+                rows.iter().any(|r| r.contains(class)
+                    && r.split(" | ").nth(1).is_some_and(|c| c.contains(&name))),
+                "{name} {class}"
+            );
         }
     }
 

@@ -242,6 +242,42 @@ async fn handler_statuses_are_stored_or_released_by_the_store_policy() {
     assert_eq!(server.executions(), 3);
 }
 
+/// Every one of the 17 gRPC statuses a (non-transactional) handler can answer, through a real
+/// server: each is answered to the first call, and a retry with the same key either replays it
+/// (stored) or runs the handler again (released). Only `ABORTED` and `RESOURCE_EXHAUSTED` say
+/// "nothing was done, try again"; `ALREADY_EXISTS` is a final answer, and the failures
+/// (`CANCELLED`, `UNAVAILABLE`, ...) are stored because the handler's effects are unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_handler_status_is_stored_or_released_by_its_meaning() {
+    let server = serve(Arc::new(MemoryStore::new()), Policy::default()).await;
+    for (n, code) in oncely_grpc::status::ALL_CODES.into_iter().enumerate() {
+        let released = matches!(code, Code::Aborted | Code::ResourceExhausted);
+        let key = fresh_key();
+        let req = SayRequest {
+            fail_with: i32::try_from(n).unwrap(),
+            ..say("status")
+        };
+        let before = server.executions();
+        let first = raw_call(server.addr, SAY, &key, &req).await;
+        let retry = raw_call(server.addr, SAY, &key, &req).await;
+        let grpc_status = |r: &common::Raw| {
+            r.headers
+                .iter()
+                .chain(&r.trailers)
+                .find(|(name, _)| name == "grpc-status")
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        };
+        assert_eq!(grpc_status(&first), Some(n.to_string()), "{code:?}");
+        assert_eq!(grpc_status(&retry), Some(n.to_string()), "{code:?}");
+        let replayed = retry
+            .headers
+            .contains(&("idempotent-replayed".to_owned(), b"true".to_vec()));
+        assert_eq!(replayed, !released, "{code:?}: replayed");
+        let runs = if released { 2 } else { 1 };
+        assert_eq!(server.executions() - before, runs, "{code:?}: executions");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_short_deadline_does_not_shorten_the_lease() {
     let store = Arc::new(MemoryStore::new());

@@ -10,7 +10,7 @@
 
 mod common;
 
-use oncely_core::conformance::claim_req;
+use oncely_conformance::claim_req;
 use oncely_core::{
     ClaimKind, ClaimOutcome, IdempotencyKey, KeyStore, ManualClock, RecordKey, StoredResponse,
 };

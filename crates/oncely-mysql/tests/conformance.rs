@@ -10,7 +10,7 @@ async fn make(clock: ManualClock) -> Option<MySqlStore> {
     common::store(clock).await
 }
 
-oncely_core::conformance_tests!(make);
+oncely_conformance::conformance_tests!(make);
 
 /// A record written before responses kept trailers (its headers column in the oldest form)
 /// still replays; a gRPC response keeps its trailers.
@@ -20,7 +20,7 @@ async fn legacy_headers_column_still_replays() {
         return;
     };
     let pool = store.pool().clone();
-    oncely_core::conformance::legacy_record_still_replays(
+    oncely_conformance::legacy_record_still_replays(
         &store,
         async |id: &oncely_core::RecordKey, column: Vec<u8>| {
             let done = sqlx::query(

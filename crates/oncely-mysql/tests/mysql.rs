@@ -7,7 +7,7 @@
 
 mod common;
 
-use oncely_core::conformance::{LEASE, RETENTION, claim_req, tricky_response};
+use oncely_conformance::{LEASE, RETENTION, claim_req, tricky_response};
 use oncely_core::{
     ClaimKind, ClaimOutcome, IdempotencyKey, KeyStore, Maintenance, ManualClock, RecordKey,
     RecordState, Scope, StoreError, StoredResponse,

@@ -10,7 +10,7 @@
 
 mod common;
 
-use oncely_core::conformance::{LEASE, claim_req};
+use oncely_conformance::{LEASE, claim_req};
 use oncely_core::{ClaimKind, ClaimOutcome, IdempotencyKey, KeyStore, ManualClock, RecordKey};
 use oncely_postgres::PostgresStore;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

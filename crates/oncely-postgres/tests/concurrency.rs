@@ -4,7 +4,7 @@
 
 mod common;
 
-use oncely_core::conformance::{LEASE, RETENTION, claim_req, fp, tricky_response};
+use oncely_conformance::{LEASE, RETENTION, claim_req, fp, tricky_response};
 use oncely_core::{
     ClaimKind, ClaimOutcome, Clock, IdempotencyKey, KeyStore, ManualClock, RecordKey, RecordState,
 };

@@ -4,7 +4,7 @@
 
 mod common;
 
-use oncely_core::conformance::{LEASE, claim_req};
+use oncely_conformance::{LEASE, claim_req};
 use oncely_core::{
     FencingToken, IdempotencyKey, KeyStore, Maintenance, ManualClock, RecordKey, StoreError,
 };

@@ -16,7 +16,7 @@
 
 mod common;
 
-use oncely_core::conformance::claim_req;
+use oncely_conformance::claim_req;
 use oncely_core::{ClaimOutcome, IdempotencyKey, KeyStore, RecordKey, SystemClock};
 use oncely_postgres::PostgresStore;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -3,7 +3,7 @@
 
 mod common;
 
-use oncely_core::conformance::{claim_req, fresh_id, tricky_response};
+use oncely_conformance::{claim_req, fresh_id, tricky_response};
 use oncely_core::{
     ClaimOutcome, Clock, FencingToken, KeyStore, Maintenance, RedriveNote, Redrives, SystemClock,
 };

@@ -12,13 +12,13 @@
 mod common;
 
 use async_trait::async_trait;
-use oncely_core::conformance::{LEASE, RETENTION, claim_req};
-use oncely_core::jobs::{
-    CompleterReport, Reaper, Redrive, RedriveError, RedrivePolicy, complete_abandoned, reap_all,
-};
+use oncely_conformance::{LEASE, RETENTION, claim_req};
 use oncely_core::{
     ClaimOutcome, ClaimRequest, Clock, IdempotencyKey, KeyStore, Maintenance, ManualClock,
     ReapReport, Record, RecordKey, Scope, StoreError, StoredResponse, SystemClock, UnixMillis,
+};
+use oncely_jobs::{
+    CompleterReport, Reaper, Redrive, RedriveError, RedrivePolicy, complete_abandoned, reap_all,
 };
 use oncely_postgres::PostgresStore;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -248,7 +248,7 @@ impl Redrive for Service {
             id.clone(),
             record.fingerprint,
             LEASE,
-            oncely_core::conformance::WINDOW,
+            oncely_conformance::WINDOW,
             RETENTION,
         )
         .with_request(Some(request.clone()));

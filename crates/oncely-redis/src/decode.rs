@@ -37,8 +37,8 @@ pub(crate) fn parse_int(b: &[u8]) -> Option<i64> {
 
 /// Decodes `HGETALL` output; an empty hash (the key does not exist) is `None`.
 ///
-/// `id` is the identity the hash's Redis key names. Records written before issue 12 also carry
-/// it as the `scope` and `key` fields, which win when present; newer records leave them out
+/// `id` is the identity the hash's Redis key names. Records of the first form (older versions) also
+/// carry it as the `scope` and `key` fields, which win when present; newer records leave them out
 /// (the Redis key already holds the identity). A record with neither is corrupt.
 pub(crate) fn record(f: &Fields, id: Option<&RecordKey>) -> Result<Option<Record>, StoreError> {
     if f.is_empty() {
@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(record(&new, Some(&id)).unwrap(), Some(want.clone()));
         // Without the identity from the Redis key, it is corrupt, never guessed.
         assert!(matches!(record(&new, None), Err(StoreError::Corrupt(_))));
-        // The form written before issue 12: the identity as fields (they win), headers and the
+        // The first form (older versions): the identity as fields (they win), headers and the
         // request as arrays of byte values, and the request kept after completion.
         let mut old = fields(&common);
         old.insert(b"expires".to_vec(), b"99".to_vec());

@@ -1,7 +1,7 @@
 //! The errors of this crate: [`ConnectError`] from connecting, and the errors it puts inside
 //! [`StoreError::Unavailable`](oncely_core::StoreError).
 
-use crate::durability::Persistence;
+use crate::persistence::Persistence;
 use oncely_core::StoreError;
 use std::time::Duration;
 

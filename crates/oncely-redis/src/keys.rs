@@ -11,10 +11,12 @@
 //! - **The escaping** keeps a `}` in a scope or key from ending the hash tag early, and keeps a
 //!   `{` in the namespace impossible (so the tag is always the identity).
 //! - **The length prefix** makes the split between scope and key unambiguous even though both
-//!   may contain `:`: `("a:b", "c")` and `("a", "b:c")` are different keys (case S9: records
-//!   are unique on `(scope, key)`, and two pairs must never collide).
+//!   may contain `:`: `("a:b", "c")` and `("a", "b:c")` are different keys (records are unique
+//!   on `(scope, key)`, and two pairs must never collide: `docs/DESIGN.md`, "Keys shared across
+//!   tenants").
 
 use oncely_core::{IdempotencyKey, RecordKey, Scope};
+use std::sync::LazyLock;
 
 /// The default namespace (key prefix): `oncely`.
 pub const DEFAULT_NAMESPACE: &str = "oncely";
@@ -99,6 +101,89 @@ pub(crate) fn scan_pattern(namespace: &str) -> String {
     out
 }
 
+/// How many hash slots a Redis Cluster has.
+pub(crate) const SLOTS: u16 = 16_384;
+
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the text between the first
+/// `{` and the next `}`, when not empty), or of the whole key, modulo 16384 (the Redis Cluster
+/// specification, "Keys distribution model").
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    let tag = key.iter().position(|b| *b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|b| *b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tag.unwrap_or(key)) % SLOTS
+}
+
+/// For each slot, a hash tag that lands in it: the smallest decimal number whose CRC16 does
+/// (found once per process, about 150,000 CRCs; every process finds the same ones).
+static SLOT_TAGS: LazyLock<Vec<u32>> = LazyLock::new(|| {
+    let mut tags = vec![u32::MAX; usize::from(SLOTS)];
+    let mut missing = usize::from(SLOTS);
+    let mut n: u32 = 0;
+    while missing > 0 {
+        let slot = usize::from(slot_of(n.to_string().as_bytes()));
+        if tags[slot] == u32::MAX {
+            tags[slot] = n;
+            missing -= 1;
+        }
+        n += 1;
+    }
+    tags
+});
+
+/// One of a record's maintenance indexes (see [`RedisStore`](crate::RedisStore), "The
+/// maintenance index").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IndexKind {
+    /// In-flight records not marked for a person, scored by lease end (epoch milliseconds):
+    /// what [`Maintenance::list_abandoned`](oncely_core::Maintenance::list_abandoned) reads.
+    Lease,
+    /// In-flight records marked for a person, scored by when they were marked (epoch
+    /// milliseconds): what [`Maintenance::list_marked`](oncely_core::Maintenance::list_marked)
+    /// reads.
+    Marked,
+    /// Every record written under [`ClockSource::Application`](crate::ClockSource), scored by
+    /// retention end (epoch milliseconds): what
+    /// [`Maintenance::reap`](oncely_core::Maintenance::reap) reads under that clock (under the
+    /// server clock Redis expiry reaps, and this index is not written).
+    Retention,
+}
+
+impl IndexKind {
+    /// The three kinds, in the order the scripts take their keys (`KEYS[2]`, `KEYS[3]`,
+    /// `KEYS[4]`).
+    pub(crate) const ALL: [Self; 3] = [Self::Lease, Self::Marked, Self::Retention];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Lease => "lease",
+            Self::Marked => "marked",
+            Self::Retention => "retention",
+        }
+    }
+}
+
+/// The index key of `kind`: `<namespace>:index:<kind>` on one endpoint, and on a Redis Cluster
+/// one per slot, `<namespace>:index:<kind>:{<tag>}` with a tag that lands in `slot` (so that a
+/// script can change a record and its index entries in one atomic step: Cluster refuses a
+/// script whose keys are in different slots). `slot` is `None` on one endpoint.
+pub(crate) fn index_key(namespace: &str, kind: IndexKind, slot: Option<u16>) -> String {
+    let base = format!("{}:index:{}", escape(namespace), kind.name());
+    match slot {
+        None => base,
+        Some(slot) => format!("{base}:{{{}}}", SLOT_TAGS[usize::from(slot % SLOTS)]),
+    }
+}
+
+/// The key that records when the last walk of the whole namespace started (see
+/// [`RedisStore::rebuild_index`](crate::RedisStore::rebuild_index)): `<namespace>:index:walk`.
+pub(crate) fn walk_key(namespace: &str) -> String {
+    format!("{}:index:walk", escape(namespace))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +258,41 @@ mod tests {
     fn scan_pattern_escapes_globs() {
         assert_eq!(scan_pattern("oncely"), "oncely:{*");
         assert_eq!(scan_pattern("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\:{*");
+    }
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        // The examples of the Redis Cluster specification, and what `CLUSTER KEYSLOT` answers.
+        for (key, slot) in [
+            (&b"123456789"[..], 12739),
+            (b"foo", 12182),
+            (b"foo{}{bar}", 8363),
+            (b"foo{{bar}}zap", 4015),
+            (b"{user1000}.following", 3443),
+            (b"oncely:{6:acct_1:k-1}", 13525),
+        ] {
+            assert_eq!(slot_of(key), slot, "{}", String::from_utf8_lossy(key));
+        }
+    }
+
+    #[test]
+    fn every_slot_has_an_index_key_in_it() {
+        for slot in 0..SLOTS {
+            let k = index_key("o{n}", IndexKind::Lease, Some(slot));
+            assert_eq!(slot_of(k.as_bytes()), slot, "{k}");
+            assert!(k.starts_with("o%7Bn%7D:index:lease:{"), "{k}");
+            // Never a record key, whatever the namespace: a record's tag has two colons.
+            assert_eq!(parse_record_key("o{n}:index:lease", k.as_bytes()), None);
+        }
+        let rec = record_key("oncely", &id("acct_1", "k-1"));
+        let slot = slot_of(rec.as_bytes());
+        for kind in IndexKind::ALL {
+            let k = index_key("oncely", kind, Some(slot));
+            assert_eq!(slot_of(k.as_bytes()), slot_of(rec.as_bytes()), "{k} {rec}");
+        }
+        assert_eq!(
+            index_key("oncely", IndexKind::Marked, None),
+            "oncely:index:marked"
+        );
     }
 }

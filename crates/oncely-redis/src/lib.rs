@@ -43,11 +43,12 @@
 //!
 //! One hash per `(scope, key)` at [`record_key`] (`oncely:{<scope-len>:<scope>:<key>}`); each
 //! of claim, renew, checkpoint, complete and release is one Lua script that touches only that
-//! key (one round trip, atomic on the server). The fields:
+//! record and its entries in the maintenance index (one round trip, atomic on the server). The
+//! fields:
 //!
 //! | field | meaning |
 //! |---|---|
-//! | `scope`, `key` | the identity, verbatim: only in records written before issue 12 (the Redis key names it; both forms are read) |
+//! | `scope`, `key` | the identity, verbatim: only in records of the first form, written by older versions (the Redis key names it; both forms are read) |
 //! | `fp_v`, `fp` | fingerprint algorithm version (decimal) and 32-byte digest (raw bytes) |
 //! | `token` | the fencing token (decimal; +1 on every claim, never reset while the hash lives) |
 //! | `state` | `in_flight`, `complete` or `released` |
@@ -61,6 +62,14 @@
 //! itself when its retention ends. `expires` is never earlier than a live lease's end, so a
 //! record (and with it its token counter) cannot vanish under a live owner.
 //!
+//! The maintenance index ([`RedisStore`], "The maintenance index") is three kinds of sorted
+//! sets ([`IndexKind`]) whose members are record keys: `oncely:index:lease` (in-flight records
+//! by lease end), `oncely:index:marked` (records marked for a person, by mark time) and, under
+//! an application clock only, `oncely:index:retention` (every record, by retention end); on a
+//! Redis Cluster one of each per hash slot, `oncely:index:<kind>:{<tag>}`, in the slot of the
+//! records it holds. `oncely:index:walk` marks the last walk of the whole namespace (its TTL is
+//! the time to the next one).
+//!
 //! See [`RedisStore`] for the guarantees, [`ClockSource`] for the clock rule, and
 //! [`Maintenance::reap`](oncely_core::Maintenance::reap) on [`RedisStore`] for why Redis expiry does
 //! the reaping.
@@ -68,8 +77,9 @@
 //! # Redis Cluster
 //!
 //! `redis+cluster://host:port[,host:port…]` connects to a Redis Cluster through its seed
-//! nodes. Every record is one hash-tagged key, so it lives in one slot on one primary and every
-//! script stays atomic there; the reaper and the completer walk every primary.
+//! nodes. Every record is one hash-tagged key, so it lives in one slot on one primary, its index
+//! entries are in index keys of that same slot, and every script stays atomic there; the reaper
+//! and the completer read every slot's index keys, never every record.
 //!
 //! # What Redis must keep
 //!
@@ -90,18 +100,29 @@
 //! writes are fenced.
 
 mod clock;
+mod config;
 mod conn;
 mod decode;
 mod durability;
 mod error;
+mod index;
+mod key_store;
 mod keys;
+mod maintenance;
+mod persistence;
 mod scripts;
 mod store;
+mod url;
+mod walk;
 
 pub use clock::ClockSource;
-pub use durability::Persistence;
+pub use config::{
+    DEFAULT_INDEX_WALK_EVERY, DEFAULT_OPERATION_TIMEOUT, DEFAULT_WAIT_TIMEOUT, RedisConfig,
+};
 pub use error::{
     ConnectError, InvalidUrl, OperationTimedOut, ReplicasDidNotAcknowledge, VolatileRedis,
 };
-pub use keys::{DEFAULT_NAMESPACE, record_key};
-pub use store::{DEFAULT_OPERATION_TIMEOUT, DEFAULT_WAIT_TIMEOUT, RedisConfig, RedisStore};
+pub use keys::{DEFAULT_NAMESPACE, IndexKind, record_key};
+pub use persistence::Persistence;
+pub use store::RedisStore;
+pub use walk::IndexWalk;

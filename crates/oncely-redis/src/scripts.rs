@@ -1,13 +1,58 @@
 //! The Lua scripts: each store write is one script, so one round trip and one atomic step on
 //! the server (Redis runs a script to completion before any other command).
 //!
-//! Every script touches exactly one key (`KEYS[1]`, the record's hash), so it is valid on Redis
-//! Cluster. `ARGV[1]` is always "now" in epoch milliseconds from the application clock, or the
+//! Every script touches one record (`KEYS[1]`, its hash) and that record's entries in the
+//! maintenance indexes of its slot (`KEYS[2]` lease, `KEYS[3]` marked, `KEYS[4]` retention: see
+//! [`RedisStore`](crate::RedisStore), "The maintenance index"), all four keys in one hash slot,
+//! so it is valid on Redis Cluster. `ARGV[1]` is always "now" in epoch milliseconds from the application clock, or the
 //! empty string to read the server's own `TIME` (the default; see
 //! [`ClockSource`](crate::ClockSource)). A script that calls `TIME` and then writes needs
 //! effects replication, the default since Redis 5 and the only mode since Redis 7.
 //!
 //! The hash fields are listed in the crate documentation ("How it is stored").
+
+use redis::Script;
+use std::sync::LazyLock;
+
+/// A script and its source (for `EVAL` when a pipelined `EVALSHA` meets `NOSCRIPT`).
+pub(crate) struct Lua {
+    pub(crate) script: Script,
+    pub(crate) code: &'static str,
+}
+
+impl Lua {
+    fn new(code: &'static str) -> Self {
+        Self {
+            script: Script::new(code),
+            code,
+        }
+    }
+}
+
+/// Every script of the store, one field per script.
+pub(crate) struct Scripts {
+    pub(crate) claim: Lua,
+    pub(crate) renew: Lua,
+    pub(crate) checkpoint: Lua,
+    pub(crate) complete: Lua,
+    pub(crate) release: Lua,
+    pub(crate) reap_one: Lua,
+    pub(crate) note_redrive: Lua,
+    pub(crate) reindex: Lua,
+}
+
+/// Compiled once per process; `Script` sends `EVALSHA` and falls back to `EVAL` (loading the
+/// script) when the server does not know it, e.g. after a restart or on a promoted replica.
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    claim: Lua::new(CLAIM),
+    renew: Lua::new(RENEW),
+    checkpoint: Lua::new(CHECKPOINT),
+    complete: Lua::new(COMPLETE),
+    release: Lua::new(RELEASE),
+    reap_one: Lua::new(REAP_ONE),
+    note_redrive: Lua::new(NOTE_REDRIVE),
+    reindex: Lua::new(REINDEX),
+});
 
 /// Helpers shared by every script, as a literal so that `concat!` can prepend them.
 macro_rules! prelude {
@@ -40,6 +85,39 @@ local function keep_until(k, now, lease_at)
   end
   set_ttl(k, now, expires)
 end
+-- docs/DESIGN.md, "The maintenance index": an index key lives as long as its longest-kept entry.
+local function keep_index(ix, now, expires)
+  local ttl = expires - now
+  if ttl < 1 then ttl = 1 end
+  local cur = redis.call('PTTL', ix)
+  if cur == -1 or (cur >= 0 and cur < ttl) then redis.call('PEXPIRE', ix, int(ttl)) end
+end
+-- The record's entries in its slot's indexes, from its fields as they are now (called last by
+-- every script that changes a record): in flight and marked in KEYS[3] by mark time, in flight
+-- otherwise in KEYS[2] by lease end, and under an application clock every record in KEYS[4] by
+-- retention end. A record that no longer exists has no entries.
+local function index(k, now)
+  local f = redis.call('HMGET', k, 'state', 'lease', 'marked', 'expires')
+  local expires = tonumber(f[4]) or now
+  if f[1] == 'in_flight' and f[3] then
+    redis.call('ZREM', KEYS[2], k)
+    redis.call('ZADD', KEYS[3], f[3], k)
+    keep_index(KEYS[3], now, expires)
+  elseif f[1] == 'in_flight' and f[2] then
+    redis.call('ZREM', KEYS[3], k)
+    redis.call('ZADD', KEYS[2], f[2], k)
+    keep_index(KEYS[2], now, expires)
+  else
+    redis.call('ZREM', KEYS[2], k)
+    redis.call('ZREM', KEYS[3], k)
+  end
+  if ARGV[1] ~= '' and f[1] and f[4] then
+    redis.call('ZADD', KEYS[4], f[4], k)
+    keep_index(KEYS[4], now, expires)
+  elseif ARGV[1] ~= '' or not f[1] then
+    redis.call('ZREM', KEYS[4], k)
+  end
+end
 "#
     };
 }
@@ -48,7 +126,7 @@ end
 ///
 /// `ARGV`: now, fingerprint version, digest, lease ms, replay window ms, retention ms, scope,
 /// key, encoded request (`''` for none). The scope and the key are not stored (the Redis key
-/// names them; records written before issue 12 kept them as fields, which a claim drops when
+/// names them; records of the first form kept them as fields, which a claim drops when
 /// it rewrites the hash).
 ///
 /// Returns `{'claimed', token, lease_expires_at, kind, recovery_point|nil}`,
@@ -70,7 +148,7 @@ if state then
   local prev_token = tonumber(cur[2])
   if prev_token == nil then return {'corrupt', 'token'} end
   token = prev_token + 1
-  -- Case S3: every path that finds a record compares fingerprints (version and digest).
+  -- docs/DESIGN.md, "Validation skipped on one path": every path that finds a record compares fingerprints (version and digest).
   local same = (cur[3] == fp_v and cur[4] == fp)
   if state == 'released' then
     kind = 'new'
@@ -117,6 +195,7 @@ if attempts then f[#f + 1] = 'attempts'; f[#f + 1] = attempts end
 if next_attempt then f[#f + 1] = 'next_attempt'; f[#f + 1] = next_attempt end
 redis.call('HSET', k, unpack(f))
 set_ttl(k, now, expires)
+index(k, now)
 return {'claimed', int(token), int(lease_at), kind, rp}
 "#
 );
@@ -131,6 +210,7 @@ local now = now_ms()
 local lease_at = now + tonumber(ARGV[3])
 redis.call('HSET', k, 'lease', int(lease_at))
 keep_until(k, now, lease_at)
+index(k, now)
 return {'ok', int(lease_at)}
 "#
 );
@@ -145,6 +225,7 @@ local now = now_ms()
 local lease_at = now + tonumber(ARGV[4])
 redis.call('HSET', k, 'rp', ARGV[3], 'lease', int(lease_at))
 keep_until(k, now, lease_at)
+index(k, now)
 return {'ok'}
 "#
 );
@@ -163,6 +244,7 @@ redis.call('HDEL', k, 'lease', 'rp', 'req')
 redis.call('HSET', k, 'state', 'complete', 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5],
   'retained', ARGV[6], 'completed', int(now), 'expires', int(expires))
 set_ttl(k, now, expires)
+index(k, now)
 return {'ok'}
 "#
 );
@@ -180,22 +262,33 @@ redis.call('HDEL', k, 'lease', 'rp', 'req')
 redis.call('HSET', k, 'state', 'released')
 local expires = tonumber(redis.call('HGET', k, 'expires')) or now
 set_ttl(k, now, expires)
+index(k, now)
 return {'ok'}
 "#
 );
 
 /// Deletes the record if its retention ended by "now" (checked again inside the script, so a
-/// record re-claimed since the reaper looked at it is kept). `ARGV`: now.
-/// Returns `{'deleted', state}` or `{'kept'}`.
+/// record re-claimed since the reaper looked at it is kept), with its index entries; a record
+/// kept has its entries written again from its fields (so its retention entry no longer says
+/// it is due), and one already gone has them removed. `ARGV`: now.
+/// Returns `{'deleted', state}`, `{'kept'}` or `{'gone'}`.
 pub(crate) const REAP_ONE: &str = concat!(
     prelude!(),
     r#"
 local k = KEYS[1]
 local now = now_ms()
+if redis.call('EXISTS', k) == 0 then
+  index(k, now)
+  return {'gone'}
+end
 local r = redis.call('HMGET', k, 'expires', 'state')
 local expires = tonumber(r[1])
-if expires == nil or expires > now then return {'kept'} end
+if expires == nil or expires > now then
+  index(k, now)
+  return {'kept'}
+end
 redis.call('DEL', k)
+index(k, now)
 return {'deleted', r[2] or ''}
 "#
 );
@@ -225,6 +318,19 @@ else
   marked = int(now)
   redis.call('HSET', k, 'marked', marked)
 end
+index(k, now)
 return {'ok', int(attempts), next_attempt, marked}
+"#
+);
+
+/// Writes the record's index entries from its fields as they are now, or removes them when the
+/// record no longer exists: what a reader does with an entry that no longer matches its record,
+/// and what the walk of the whole namespace does with every record it finds. `ARGV`: now.
+/// Returns `{'ok'}`.
+pub(crate) const REINDEX: &str = concat!(
+    prelude!(),
+    r#"
+index(KEYS[1], now_ms())
+return {'ok'}
 "#
 );

@@ -26,4 +26,4 @@ async fn make(clock: ManualClock) -> Option<RedisStore> {
     Some(store.with_clock_source(ClockSource::Application(Arc::new(clock))))
 }
 
-oncely_core::conformance_tests!(make);
+oncely_conformance::conformance_tests!(make);

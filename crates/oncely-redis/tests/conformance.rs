@@ -19,7 +19,7 @@ async fn make(clock: ManualClock) -> Option<RedisStore> {
     Some(store.with_clock_source(ClockSource::Application(Arc::new(clock))))
 }
 
-oncely_core::conformance_tests!(make);
+oncely_conformance::conformance_tests!(make);
 
 /// A record written before responses kept trailers (its `headers` field in the oldest form)
 /// still replays; a gRPC response keeps its trailers.
@@ -31,7 +31,7 @@ async fn legacy_headers_field_still_replays() {
     let url = common::redis_url().expect("set when the store was made");
     let client = redis::Client::open(url.split('?').next().unwrap_or(&url)).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    oncely_core::conformance::legacy_record_still_replays(
+    oncely_conformance::legacy_record_still_replays(
         &store,
         async |id: &oncely_core::RecordKey, column: Vec<u8>| {
             let written: i64 = redis::cmd("HSET")

@@ -1,4 +1,4 @@
-//! Issue 14, item 5, "Redis must keep what it acknowledged": on connect the store reads each
+//! "Redis must keep what it acknowledged": on connect the store reads each
 //! node's persistence, refuses a Redis that keeps nothing unless `accept_volatile=true` says
 //! the user accepts losing the replay window on restart, and reports (and warns about)
 //! `appendfsync everysec`. The test starts its own `redis-server`s on 127.0.0.1:7120 and 7121
@@ -7,51 +7,15 @@
 
 mod common;
 
+use common::PrivateRedis;
 use oncely_redis::{ConnectError, Persistence, RedisStore};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-/// A `redis-server` child process, killed and reaped (and its directory removed) when dropped.
-struct Server(Child, std::path::PathBuf);
-
-impl Server {
-    fn start(port: u16, extra: &[&str]) -> Self {
-        let dir = std::env::temp_dir().join(format!("oncely-persistence-{port}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self(child, dir)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn redis_server_installed() -> bool {
-    Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// A fresh directory for the server on `port`.
+fn dir(port: u16) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("oncely-persistence-{port}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 async fn config_set(url: &str, name: &str, value: &str) {
@@ -75,11 +39,10 @@ fn only(store: &RedisStore) -> Persistence {
 
 #[tokio::test]
 async fn a_redis_that_keeps_nothing_is_refused_unless_accepted() {
-    if !redis_server_installed() {
-        eprintln!("skipping: the redis-server binary is not installed");
+    if !PrivateRedis::installed() {
         return;
     }
-    let _server = Server::start(7120, &[]);
+    let _server = PrivateRedis::start_at(7120, &dir(7120), &[]);
     let url = "redis://127.0.0.1:7120";
 
     // By default: refused, with an error that says why and what to do.
@@ -137,12 +100,11 @@ async fn a_redis_that_keeps_nothing_is_refused_unless_accepted() {
 
 #[tokio::test]
 async fn where_config_is_forbidden_info_decides_and_unknown_is_refused() {
-    if !redis_server_installed() {
-        eprintln!("skipping: the redis-server binary is not installed");
+    if !PrivateRedis::installed() {
         return;
     }
     // CONFIG renamed away, as some managed services do; the append-only file off.
-    let _server = Server::start(7121, &["--rename-command", "CONFIG", ""]);
+    let _server = PrivateRedis::start_at(7121, &dir(7121), &["--rename-command", "CONFIG", ""]);
     let err = RedisStore::connect("redis://127.0.0.1:7121")
         .await
         .unwrap_err();

@@ -1,4 +1,4 @@
-//! Records written before issue 12 (the identity as `scope`/`key` fields, header values and the
+//! Records of the first form, written by older versions (the identity as `scope`/`key` fields, header values and the
 //! request as arrays of byte values, the request kept after completion) still work on the real
 //! server: they decode, replay, are listed as abandoned, are taken over and complete. New
 //! records carry no identity fields and, once complete, no request. Skips, with a printed
@@ -7,7 +7,7 @@
 mod common;
 
 use common::{claim_req, fresh_id, redis_url, response};
-use oncely_core::conformance::fp;
+use oncely_conformance::fp;
 use oncely_core::{
     ClaimKind, ClaimOutcome, Clock, KeyStore, Maintenance, ManualClock, RecordKey, RecordState,
     StoredRequest,
@@ -54,7 +54,7 @@ fn old_request(body: &str) -> (String, StoredRequest) {
     (json, decoded)
 }
 
-/// Writes a record hash exactly as the store wrote it before issue 12.
+/// Writes a record hash exactly as older versions wrote it (the first form).
 async fn write_old(
     conn: &mut redis::aio::MultiplexedConnection,
     store: &RedisStore,

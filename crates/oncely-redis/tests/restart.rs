@@ -8,79 +8,15 @@
 
 mod common;
 
-use common::{claim_req, fresh_id, redis_url, response};
+use common::{PrivateRedis, claim_req, fresh_id, redis_url, response};
 use oncely_core::{ClaimKind, ClaimOutcome, KeyStore, RecordKey, RecordState, StoreError};
 use oncely_redis::{RedisConfig, RedisStore};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const OP_TIMEOUT: Duration = Duration::from_millis(500);
 /// Scheduling slack on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_millis(400);
 const LEASE: Duration = Duration::from_secs(30);
-
-/// A `redis-server` child process, killed (SIGKILL) and reaped when dropped, on every path.
-struct Server(Option<Child>);
-
-impl Server {
-    fn start(port: u16, dir: &Path) -> Self {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", ""])
-            .args(["--appendonly", "yes"])
-            .args(["--appendfsync", "always"])
-            .arg("--dir")
-            .arg(dir)
-            .args(["--daemonize", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        Self(Some(child))
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill(); // SIGKILL: no shutdown, no final save.
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn wait_until_listening(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn redis_server_installed() -> bool {
-    Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 async fn claimed(store: &RedisStore, id: &RecordKey) -> oncely_core::Claim {
     match store.claim(claim_req(id, "{}", LEASE)).await.unwrap() {
@@ -94,15 +30,15 @@ async fn outage_fails_closed_and_recovers_without_a_new_store() {
     if redis_url().is_none() {
         return;
     }
-    if !redis_server_installed() {
-        eprintln!("skipping: the redis-server binary is not installed");
+    if !PrivateRedis::installed() {
         return;
     }
+    // Every acknowledged write on disk first, so records survive a SIGKILL.
+    const AOF: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut server = Server::start(port, dir.path());
-    wait_until_listening(port).await;
-    let url = format!("redis://127.0.0.1:{port}");
+    let port = common::free_port();
+    let mut server = PrivateRedis::start_at(port, dir.path(), &AOF);
+    let url = server.url();
     let store =
         RedisStore::connect_with(&url, RedisConfig::new().with_operation_timeout(OP_TIMEOUT))
             .await
@@ -165,8 +101,7 @@ async fn outage_fails_closed_and_recovers_without_a_new_store() {
     }
 
     // Restart on the same port, same data directory.
-    let _server = Server::start(port, dir.path());
-    wait_until_listening(port).await;
+    let _server = PrivateRedis::start_at(port, dir.path(), &AOF);
 
     // The same store object recovers by itself (the connection manager reconnects); allow the
     // first calls to fail while it does, and count them.

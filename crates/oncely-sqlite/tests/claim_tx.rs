@@ -5,7 +5,7 @@
 mod common;
 
 use common::TempStore;
-use oncely_core::conformance::{RETENTION, claim_req, fresh_id, tricky_response};
+use oncely_conformance::{RETENTION, claim_req, fresh_id, tricky_response};
 use oncely_core::store::lease_millis;
 use oncely_core::{ClaimKind, ClaimOutcome, Clock, KeyStore, ManualClock, RecordState};
 use oncely_sqlite::{LEASE_SLACK, SqliteStore, connect_options};

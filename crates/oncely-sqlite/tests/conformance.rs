@@ -6,4 +6,4 @@ async fn make(clock: oncely_core::ManualClock) -> Option<common::TempStore> {
     Some(common::TempStore::open(clock).await)
 }
 
-oncely_core::conformance_tests!(make);
+oncely_conformance::conformance_tests!(make);

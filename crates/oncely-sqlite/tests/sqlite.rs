@@ -5,9 +5,7 @@
 mod common;
 
 use common::TempStore;
-use oncely_core::conformance::{
-    LEASE, RETENTION, WINDOW, claim_req, fp, fresh_id, tricky_response,
-};
+use oncely_conformance::{LEASE, RETENTION, WINDOW, claim_req, fp, fresh_id, tricky_response};
 use oncely_core::fingerprint::FINGERPRINT_VERSION;
 use oncely_core::{
     ClaimKind, ClaimOutcome, ClaimRequest, DefaultFingerprinter, FencingToken, Fingerprinter,
@@ -681,7 +679,7 @@ async fn reaper_clears_a_large_backlog_while_claims_continue() {
 async fn legacy_headers_column_still_replays() {
     let t = TempStore::open(ManualClock::starting_now()).await;
     let pool = t.store.pool().clone();
-    oncely_core::conformance::legacy_record_still_replays(&t.store, async |id: &RecordKey, column: Vec<u8>| {
+    oncely_conformance::legacy_record_still_replays(&t.store, async |id: &RecordKey, column: Vec<u8>| {
         let done = sqlx::query(
             "UPDATE oncely_idempotency_keys SET response_headers = ?1 WHERE scope = ?2 AND key = ?3",
         )

@@ -22,11 +22,12 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = SqliteStore::connect("sqlite://app.db").await?;
 //! store.migrate().await?;
+//! let idempotency = oncely_sqlx::layer(store, oncely_core::Policy::default());
 //! let app: Router = Router::new()
-//!     .route("/v1/orders", post(create_order))
-//!     // `route_layer`: a path that matches no route gets its 404 without a claim or a
-//!     // transaction.
-//!     .route_layer(oncely_sqlx::layer(store, oncely_core::Policy::default()));
+//!     // On the route's methods: another method gets its 405, and a path that matches no
+//!     // route its 404, without a claim or a transaction (`Router::route_layer` would run the
+//!     // 405 through the layer too).
+//!     .route("/v1/orders", post(create_order).route_layer(idempotency));
 //! // Your authentication layer, outside this one, puts the caller's `oncely_core::Scope`
 //! // into the request extensions (see `oncely_tower::ExtensionScope`).
 //! # let _ = app; Ok(()) }
@@ -150,9 +151,14 @@ pub fn layer<S: SqlStore>(store: S, policy: Policy) -> IdempotencyLayer {
 /// A stable idempotency key for an outside call made by a multi-step request: derived from the
 /// request's scope and key, an id the request minted (for example the payment's, carried by
 /// its recovery point, so a key reused after the replay window gets new outside keys too) and
-/// the step's name. Every retry and resumption of one logical request sends the same key;
-/// the form is `oncely-<step>-<32 hex digits of SHA-256>`, 1 to 255 visible ASCII characters
-/// for any `step` of visible ASCII.
+/// the step's name. Every retry and resumption of one logical request sends the same key.
+///
+/// The form is `oncely-<step>-<32 hex digits of SHA-256>`, with `<step>` cut to its first
+/// [`MAX_DERIVED_STEP_LEN`] (215) bytes so that the key stays within the 255 characters of
+/// the idempotency key contract (`oncely_core::key::MAX_KEY_LEN`, also Stripe's documented
+/// limit): 41 to 255 visible ASCII characters for any `step` of visible ASCII. The digest
+/// covers the whole name, so two long names that share their first 215 bytes still get two
+/// keys; keys of names up to 215 bytes are as they always were.
 pub fn derived_key(id: &RecordKey, minted: &str, step: &str) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
@@ -162,11 +168,71 @@ pub fn derived_key(id: &RecordKey, minted: &str, step: &str) -> String {
     }
     let digest = h.finalize();
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("oncely-{step}-{hex}")
+    let mut cut = step.len().min(MAX_DERIVED_STEP_LEN);
+    while !step.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("oncely-{}-{hex}", &step[..cut])
 }
+
+/// The most bytes of a step's name that [`derived_key`] writes into the key: 215, the 255 of
+/// `oncely_core::key::MAX_KEY_LEN` less `oncely-`, the `-` and the 32 hex digits.
+pub const MAX_DERIVED_STEP_LEN: usize = oncely_core::key::MAX_KEY_LEN - "oncely-".len() - 1 - 32;
 
 /// The repository README's Rust examples, compiled and run as doc tests so that the README
 /// cannot drift from the API.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncely_core::{IdempotencyKey, Scope};
+
+    fn id() -> RecordKey {
+        RecordKey::new(
+            Scope::new("acct_1"),
+            IdempotencyKey::new("order-42").unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_derived_key_is_a_valid_key_whatever_the_length_of_the_step() {
+        // A short name's key is what it always was.
+        assert_eq!(
+            derived_key(&id(), "pay_1", "charge"),
+            "oncely-charge-e7f0e8882727f7f2ffec5c6f4d9c41a9"
+        );
+        for len in [1, 214, 215, 216, 300, 5000] {
+            let step = "s".repeat(len);
+            let key = derived_key(&id(), "pay_1", &step);
+            assert!(
+                key.len() <= oncely_core::key::MAX_KEY_LEN,
+                "{len}: {}",
+                key.len()
+            );
+            assert_eq!(IdempotencyKey::new(&key).unwrap().as_str(), key, "{len}");
+            assert_eq!(key.len(), 40 + len.min(MAX_DERIVED_STEP_LEN), "{len}");
+        }
+        assert_eq!(derived_key(&id(), "pay_1", &"s".repeat(300)).len(), 255);
+        // Names that differ only past the cut still get different keys, stable across calls.
+        let (a, b) = ("x".repeat(300) + "a", "x".repeat(300) + "b");
+        assert_ne!(
+            derived_key(&id(), "pay_1", &a),
+            derived_key(&id(), "pay_1", &b)
+        );
+        assert_eq!(
+            derived_key(&id(), "pay_1", &a),
+            derived_key(&id(), "pay_1", &a)
+        );
+        // A multi-byte character at the cut is never split.
+        let step = "x".repeat(214) + "\u{e9}\u{e9}";
+        let key = derived_key(&id(), "pay_1", &step);
+        assert!(key.len() <= oncely_core::key::MAX_KEY_LEN);
+        assert!(
+            key.starts_with(&format!("oncely-{}-", "x".repeat(214))),
+            "{key}"
+        );
+    }
+}

@@ -1424,7 +1424,7 @@ async fn a_deadlock_victim_is_retryable_and_its_retry_executes<S: Db>() {
     };
     let (a, b) = (key(), key());
     // The two rows, written in a transaction of the store's own (a claim of a key of its own).
-    let setup = oncely_core::conformance::claim_req(&rid(&key()), "{}");
+    let setup = oncely_conformance::claim_req(&rid(&key()), "{}");
     let (_, setup) = h.app.store.claim_tx(&setup).await.unwrap();
     let mut setup = setup.expect("the setup claim's transaction");
     for row in [&a, &b] {

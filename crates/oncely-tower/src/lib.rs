@@ -32,8 +32,10 @@
 //! let idempotency = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
 //! let metrics = idempotency.metrics();
 //! let app = Router::new()
-//!     .route("/v1/orders", post(create_order))
-//!     .layer(idempotency) // inner: runs after authentication
+//!     // On the keyed route's methods (inner: runs after authentication). Another method gets
+//!     // its 405 and a path that is no route its 404 before any claim: `Router::route_layer`
+//!     // would also wrap each route's 405, and `Router::layer` every 404 and 405 too.
+//!     .route("/v1/orders", post(create_order).route_layer(idempotency))
 //!     .layer(middleware::from_fn(authenticate));
 //!
 //! let request = || {
@@ -145,7 +147,7 @@ pub use service::Idempotency;
 #[cfg(feature = "standard-webhooks")]
 pub use standard_webhooks::{
     StandardWebhooks, StandardWebhooksLayer, TIMESTAMP_TOLERANCE_SECS, VerifiedWebhook,
-    WebhookSecretError,
+    WEBHOOK_CHALLENGE, WebhookSecretError,
 };
 
 /// The request header carrying the key: `Idempotency-Key` (IETF

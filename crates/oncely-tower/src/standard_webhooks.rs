@@ -9,10 +9,13 @@
 //! `webhook-signature` (`v1,<base64 HMAC-SHA256 of id.timestamp.body>`, space-separated when
 //! the sender rotates its secret).
 //!
-//! This layer verifies the signature with the specification's reference crate
-//! [`standardwebhooks`] (constant-time comparison, a 5-minute timestamp tolerance against the
-//! system clock), then inserts the sender's [`Scope`] and a [`VerifiedWebhook`] into the request
-//! extensions. Put it **outside** an [`IdempotencyLayer`](crate::IdempotencyLayer) whose
+//! This layer verifies the signature as the specification's reference crate [`standardwebhooks`]
+//! does (HMAC-SHA256 by the `hmac-sha256` crate it uses, with its constant-time check; the secret
+//! decoded as it decodes it; the same answers for the same faults), with one difference: the
+//! 5-minute timestamp tolerance is checked against the layer's [`Clock`]
+//! ([`StandardWebhooksLayer::with_clock`]; pass the key store's, so that one clock decides every
+//! window of a delivery), not the system clock the crate reads. Then it inserts the sender's
+//! [`Scope`] and a [`VerifiedWebhook`] into the request extensions. Put it **outside** an [`IdempotencyLayer`](crate::IdempotencyLayer) whose
 //! [`KeySource`](crate::KeySource) is the `webhook-id` header: a delivery that does not verify
 //! is answered here and never reaches the claim, so a forged or replayed-stale delivery cannot
 //! occupy an event id.
@@ -20,13 +23,15 @@
 //! | delivery | answer (RFC 9457 problem+json, `retryable: false`) |
 //! |---|---|
 //! | signature valid for a configured sender, timestamp within 5 minutes | passes, scoped by that sender |
-//! | no `webhook-signature`, or no `v1` signature that matches any sender's secret (a tampered body, id or timestamp; a wrong secret) | `401 webhook_signature_invalid` |
-//! | `webhook-timestamp` more than 5 minutes before or after now | `400 webhook_timestamp_out_of_tolerance` |
+//! | no `webhook-signature`, or no `v1` signature that matches any sender's secret (a tampered body, id or timestamp; a wrong secret) | `401 webhook_signature_invalid`, with `WWW-Authenticate: Standard-Webhooks` |
+//! | `webhook-timestamp` more than 5 minutes before or after now (the layer's clock) | `400 webhook_timestamp_out_of_tolerance` |
 //! | `webhook-id` or `webhook-timestamp` missing, repeated or malformed; a body that is not UTF-8 | `400 webhook_headers_invalid` |
 //! | body over the limit (default 1 MiB) | `413 webhook_body_too_large` |
 //!
 //! The specification leaves the receiver's error statuses open; these follow HTTP's meaning
-//! (RFC 9110: `401` for a request without valid credentials, `400` for a malformed one). A
+//! (RFC 9110: `401` for a request without valid credentials, `400` for a malformed one). A `401`
+//! carries a challenge, as RFC 9110 section 11.6.1 requires of every one; Standard Webhooks
+//! registers no authentication scheme, so the challenge is named after the specification. A
 //! sender treats all of them as a failed delivery and retries with a fresh timestamp and
 //! signature: a stale attempt is never an event lost.
 //!
@@ -79,11 +84,11 @@
 use crate::future::ResponseFuture;
 use crate::problem::problem_response;
 use crate::{Body, BoxError};
+use base64::Engine as _;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use oncely_core::Scope;
-use oncely_core::{ErrorCode, Problem};
+use oncely_core::{Clock, ErrorCode, Problem, Scope, SystemClock};
 use standardwebhooks::{
     HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, HEADER_WEBHOOK_TIMESTAMP, Webhook, WebhookError,
 };
@@ -93,8 +98,17 @@ use std::task::{Context, Poll};
 use tower::{Layer, Service};
 
 /// How far a delivery's `webhook-timestamp` may be from now, before or after: 300 seconds (5
-/// minutes), the `standardwebhooks` crate's fixed tolerance, checked against the system clock.
+/// minutes), the `standardwebhooks` crate's fixed tolerance, checked against the layer's clock
+/// ([`StandardWebhooksLayer::with_clock`]).
 pub const TIMESTAMP_TOLERANCE_SECS: u64 = 300;
+
+/// The challenge of every `401` the layer answers (`WWW-Authenticate`, RFC 9110 section
+/// 11.6.1): `Standard-Webhooks`, after the specification, which registers no scheme of its own.
+pub const WEBHOOK_CHALLENGE: &str = "Standard-Webhooks";
+
+/// The version of the signatures the layer checks: `v1` (HMAC-SHA256), the one the
+/// specification defines for symmetric secrets.
+const SIGNATURE_VERSION: &str = "v1";
 
 /// The default largest delivery body the layer buffers to verify: 1 MiB (1,048,576 bytes),
 /// the same as `Policy::max_request_bytes`.
@@ -123,11 +137,11 @@ pub struct WebhookSecretError {
     reason: String,
 }
 
-// `Webhook` is not `Clone` in standardwebhooks 1.0.1: shared behind an `Arc`.
 #[derive(Clone)]
 struct Sender {
     scope: Scope,
-    verifier: Arc<Webhook>,
+    /// The HMAC key: the secret after `whsec_`, base64-decoded.
+    key: Arc<[u8]>,
 }
 
 #[derive(Default, Clone)]
@@ -139,11 +153,12 @@ struct Senders {
 /// [module docs](self)); wraps a service in [`StandardWebhooks`].
 ///
 /// Defaults: no sender (every delivery is `401`), a body limit of 1 MiB
-/// ([`DEFAULT_MAX_WEBHOOK_BYTES`]). Cloning is cheap.
+/// ([`DEFAULT_MAX_WEBHOOK_BYTES`]), the system clock. Cloning is cheap.
 #[derive(Clone)]
 pub struct StandardWebhooksLayer {
     senders: Arc<Senders>,
     max_body_bytes: usize,
+    clock: Arc<dyn Clock>,
 }
 
 impl Default for StandardWebhooksLayer {
@@ -163,6 +178,7 @@ impl fmt::Debug for StandardWebhooksLayer {
         f.debug_struct("StandardWebhooksLayer")
             .field("senders", &names)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("now_millis", &self.clock.now_millis())
             .finish()
     }
 }
@@ -173,6 +189,7 @@ impl StandardWebhooksLayer {
         Self {
             senders: Arc::default(),
             max_body_bytes: DEFAULT_MAX_WEBHOOK_BYTES,
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -193,12 +210,24 @@ impl StandardWebhooksLayer {
         if raw.is_empty() {
             return Err(fail("the secret is empty"));
         }
-        let verifier = Webhook::new(secret).map_err(|e| fail(&e.to_string()))?;
+        // The reference crate's own check of the secret, then the key it would sign with.
+        Webhook::new(secret).map_err(|e| fail(&e.to_string()))?;
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(raw)
+            .map_err(|e| fail(&e.to_string()))?;
         Arc::make_mut(&mut self.senders).senders.push(Sender {
             scope: sender,
-            verifier: Arc::new(verifier),
+            key: key.into(),
         });
         Ok(self)
+    }
+
+    /// Replaces the clock the timestamp tolerance is checked against (default the system
+    /// clock): pass the key store's, the one that decides the deliveries' leases and replay
+    /// windows, so that a test on a `ManualClock` (or an application clock) moves them all.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Sets the largest delivery body buffered to verify, in bytes (default 1 MiB); a larger
@@ -283,7 +312,8 @@ where
                     ));
                 }
             };
-            let verified = match layer.senders.verify(&parts.headers, &body) {
+            let now_secs = layer.clock.now_millis().div_euclid(1000);
+            let verified = match layer.senders.verify(&parts.headers, &body, now_secs) {
                 Ok(v) => v,
                 Err(res) => return Ok(*res),
             };
@@ -300,11 +330,13 @@ where
 }
 
 impl Senders {
-    /// The verified delivery, or the problem response that refuses it.
+    /// The verified delivery, or the problem response that refuses it; `now_secs` is the
+    /// layer's clock in seconds since the Unix epoch.
     fn verify(
         &self,
         headers: &http::HeaderMap,
         body: &[u8],
+        now_secs: i64,
     ) -> Result<VerifiedWebhook, Box<Response<Body>>> {
         // The crate reads the first value of each header; a repeated one is ambiguous (the
         // idempotency key could be another id than the signed one), so it is refused here.
@@ -319,33 +351,80 @@ impl Senders {
                 ))));
             }
         }
-        let mut last = WebhookError::InvalidSignature;
-        for sender in &self.senders {
-            match sender.verifier.verify(body, headers) {
-                Ok(()) => {
-                    let text = |n: &str| {
-                        headers
-                            .get(n)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default()
-                            .to_owned()
-                    };
-                    return Ok(VerifiedWebhook {
-                        sender: sender.scope.clone(),
-                        id: text(HEADER_WEBHOOK_ID),
-                        timestamp: text(HEADER_WEBHOOK_TIMESTAMP).parse().unwrap_or_default(),
-                    });
-                }
-                // Another sender's secret may match.
-                Err(WebhookError::InvalidSignature) => {}
-                // The same for every secret (headers, timestamp, payload): answer it now.
-                Err(e) => {
-                    last = e;
-                    break;
-                }
-            }
+        if self.senders.is_empty() {
+            // No secret to check it with: unsigned, whatever else is wrong with it.
+            return Err(Box::new(refusal(&WebhookError::InvalidSignature)));
         }
-        Err(Box::new(refusal(&last)))
+        let delivery =
+            Delivery::read(headers, body, now_secs).map_err(|e| Box::new(refusal(&e)))?;
+        // Another sender's secret may match: every one is tried, in the order added.
+        match self.senders.iter().find(|s| delivery.signed_with(&s.key)) {
+            Some(sender) => Ok(VerifiedWebhook {
+                sender: sender.scope.clone(),
+                id: delivery.id.to_owned(),
+                timestamp: delivery.timestamp,
+            }),
+            None => Err(Box::new(refusal(&WebhookError::InvalidSignature))),
+        }
+    }
+}
+
+/// A delivery's signed parts, read and checked in the order `standardwebhooks`'
+/// `Webhook::verify` reads them (so that each fault gets the answer the crate gives it): the
+/// three headers, the timestamp's tolerance, the body as UTF-8.
+struct Delivery<'a> {
+    id: &'a str,
+    timestamp: i64,
+    signatures: &'a str,
+    /// `id.timestamp.body`, the content every signature signs.
+    signed: String,
+}
+
+impl<'a> Delivery<'a> {
+    fn read(
+        headers: &'a http::HeaderMap,
+        body: &'a [u8],
+        now_secs: i64,
+    ) -> Result<Self, WebhookError> {
+        let text = |name: &str, what: &'static str| {
+            headers
+                .get(name)
+                .ok_or(WebhookError::MissingHeader(what))?
+                .to_str()
+                .map_err(|_| WebhookError::InvalidHeader(what))
+        };
+        let id = text(HEADER_WEBHOOK_ID, "id")?;
+        let signatures = text(HEADER_WEBHOOK_SIGNATURE, "signature")?;
+        let timestamp: i64 = text(HEADER_WEBHOOK_TIMESTAMP, "timestamp")?
+            .parse()
+            .map_err(|_| WebhookError::InvalidTimestamp)?;
+        let tolerance = TIMESTAMP_TOLERANCE_SECS as i64;
+        if now_secs.saturating_sub(timestamp) > tolerance {
+            return Err(WebhookError::TimestampTooOldError);
+        }
+        if timestamp > now_secs.saturating_add(tolerance) {
+            return Err(WebhookError::FutureTimestampError);
+        }
+        let payload = std::str::from_utf8(body).map_err(|_| WebhookError::InvalidPayload)?;
+        Ok(Self {
+            id,
+            timestamp,
+            signatures,
+            // The timestamp as the crate signs it: the number, not the header's spelling.
+            signed: format!("{id}.{timestamp}.{payload}"),
+        })
+    }
+
+    /// Whether one of the space-separated `v1,<base64>` signatures is the HMAC-SHA256 of the
+    /// signed content under `key` (checked in constant time by `hmac-sha256`).
+    fn signed_with(&self, key: &[u8]) -> bool {
+        self.signatures
+            .split(' ')
+            .filter_map(|s| s.split_once(','))
+            .filter(|(version, _)| *version == SIGNATURE_VERSION)
+            .filter_map(|(_, mac)| base64::engine::general_purpose::STANDARD.decode(mac).ok())
+            .filter_map(|mac| <[u8; 32]>::try_from(mac).ok())
+            .any(|mac| hmac_sha256::HMAC::verify(self.signed.as_bytes(), key, &mac))
     }
 }
 
@@ -386,5 +465,12 @@ fn headers_invalid(detail: &str) -> Response<Body> {
 }
 
 fn refuse(code: ErrorCode, detail: &str) -> Response<Body> {
-    problem_response(&Problem::from_code(code, detail), None)
+    let mut res = problem_response(&Problem::from_code(code, detail), None);
+    if res.status() == http::StatusCode::UNAUTHORIZED {
+        res.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static(WEBHOOK_CHALLENGE),
+        );
+    }
+    res
 }

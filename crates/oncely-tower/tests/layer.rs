@@ -999,6 +999,51 @@ async fn works_as_a_route_layer_and_leaves_unmatched_routes_alone() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
+/// A method the route does not serve is answered `405` by the router, before the layer: no
+/// claim, no `400 idempotency_key_missing` for a `PATCH` without a key, no stored `405`
+/// replayed (and a key burnt for the `POST` it was meant for). That holds when the layer is put
+/// on the route's method router (`post(handler).route_layer(layer)`), as the docs teach:
+/// `Router::route_layer` also wraps each route's `405` answer.
+#[tokio::test]
+async fn a_method_not_allowed_is_answered_before_the_layer() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(MemoryStore::new());
+    let layer = IdempotencyLayer::new(store.clone());
+    let handler = {
+        let calls = calls.clone();
+        move || async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            StatusCode::CREATED
+        }
+    };
+    let app = Router::new()
+        .route("/v1/orders", post(handler).route_layer(layer))
+        .layer(axum::middleware::from_fn(authenticate));
+    for method in ["PATCH", "PUT", "DELETE"] {
+        for key in [Some("k"), None] {
+            let mut req = post_req("/v1/orders", "a", key, "{}");
+            *req.method_mut() = method.parse().unwrap();
+            let got = send(&app, req).await;
+            assert_eq!(
+                got.status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {key:?}"
+            );
+            assert_eq!(got.headers["allow"], "POST", "{method} {key:?}");
+        }
+    }
+    let id = RecordKey::new(Scope::new("a"), IdempotencyKey::new("k").unwrap());
+    assert!(
+        store.get(&id).await.unwrap().is_none(),
+        "a 405 claimed the key"
+    );
+    // The key is still the POST's to use.
+    let first = send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(!first.replayed());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn nested_routers_do_not_share_records_through_a_common_suffix() {
     let calls = Arc::new(AtomicUsize::new(0));

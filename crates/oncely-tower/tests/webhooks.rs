@@ -143,6 +143,8 @@ async fn a_tampered_or_unsigned_delivery_is_401_and_claims_nothing() {
     let got = send(&app, req).await;
     assert_eq!(got.status, StatusCode::UNAUTHORIZED);
     assert_eq!(got.code(), "webhook_signature_invalid");
+    // RFC 9110 section 11.6.1: a 401 carries a challenge.
+    assert_eq!(got.headers["www-authenticate"], "Standard-Webhooks");
     // The id changed after signing (a forged key for a genuine body).
     let mut req = delivery(SECRET, &id, now_secs(), EVENT);
     req.headers_mut()
@@ -152,16 +154,23 @@ async fn a_tampered_or_unsigned_delivery_is_401_and_claims_nothing() {
     let stranger = "whsec_c3RyYW5nZXIgc2VjcmV0IG9mIDMyIGJ5dGVzIQ==";
     let got = send(&app, delivery(stranger, &id, now_secs(), EVENT)).await;
     assert_eq!(got.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(got.headers["www-authenticate"], "Standard-Webhooks");
     // No signature at all.
     let mut req = delivery(SECRET, &id, now_secs(), EVENT);
     req.headers_mut().remove("webhook-signature");
-    assert_eq!(send(&app, req).await.status, StatusCode::UNAUTHORIZED);
+    let got = send(&app, req).await;
+    assert_eq!(got.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(got.headers["www-authenticate"], "Standard-Webhooks");
     // No id: the signature layer refuses it before the key source could.
     let mut req = delivery(SECRET, &id, now_secs(), EVENT);
     req.headers_mut().remove("webhook-id");
     let got = send(&app, req).await;
     assert_eq!(got.status, StatusCode::BAD_REQUEST);
     assert_eq!(got.code(), "webhook_headers_invalid");
+    assert!(
+        !got.headers.contains_key("www-authenticate"),
+        "only a 401 has one"
+    );
     // A repeated id (the claim could use another id than the signed one).
     let mut req = delivery(SECRET, &id, now_secs(), EVENT);
     req.headers_mut()
@@ -207,6 +216,81 @@ async fn a_replayed_stale_or_future_delivery_is_400_and_claims_nothing() {
             .unwrap()
             .is_none()
     );
+}
+
+/// The tolerance is checked against the layer's clock, the store's, not the system clock: with
+/// one clock an hour ahead of the system's and one an hour behind, a delivery signed at the
+/// clock's "now" (and up to 300 seconds either side of it) is applied, and one signed at the
+/// system's now is refused as out of tolerance.
+#[tokio::test]
+async fn the_timestamp_tolerance_follows_the_stores_clock_ahead_or_behind() {
+    for skew in [3600, -3600] {
+        let clock = oncely_core::ManualClock::new((now_secs() + skew) * 1000);
+        let store: Arc<dyn KeyStore> = Arc::new(oncely_core::MemoryStore::with_clock(Arc::new(
+            clock.clone(),
+        )));
+        let effects = Arc::new(AtomicU64::new(0));
+        let app = Router::new()
+            .route(
+                "/webhooks/processor",
+                post({
+                    let effects = effects.clone();
+                    move || async move {
+                        effects.fetch_add(1, Ordering::SeqCst);
+                        StatusCode::NO_CONTENT
+                    }
+                }),
+            )
+            .layer(
+                IdempotencyLayer::new(store)
+                    .with_clock(clock.clone())
+                    .with_key_source(KeySource::header("webhook-id").unwrap()),
+            )
+            .layer(
+                StandardWebhooksLayer::new()
+                    .with_sender(Scope::new("processor"), SECRET)
+                    .unwrap()
+                    .with_clock(Arc::new(clock.clone())),
+            );
+        let clock_now = oncely_core::Clock::now_millis(&clock).div_euclid(1000);
+        for (ts, applied) in [
+            (clock_now, true),
+            (clock_now - 300, true),
+            (clock_now + 300, true),
+            (clock_now - 301, false),
+            (clock_now + 301, false),
+            // The system's now is an hour away from the store's.
+            (now_secs(), false),
+        ] {
+            let before = effects.load(Ordering::SeqCst);
+            let got = send(&app, delivery(SECRET, &unique("clock"), ts, EVENT)).await;
+            if applied {
+                assert_eq!(
+                    got.status,
+                    StatusCode::NO_CONTENT,
+                    "skew {skew}, ts {ts}: {got:?}"
+                );
+                assert_eq!(effects.load(Ordering::SeqCst), before + 1);
+            } else {
+                assert_eq!(
+                    got.status,
+                    StatusCode::BAD_REQUEST,
+                    "skew {skew}, ts {ts}: {got:?}"
+                );
+                assert_eq!(got.code(), "webhook_timestamp_out_of_tolerance");
+                assert_eq!(effects.load(Ordering::SeqCst), before);
+            }
+        }
+        // The clock moves, and the tolerance with it: a delivery signed 400 seconds before the
+        // store's "now" is refused, then applied once the clock is moved back 200 seconds.
+        let old = clock_now - 400;
+        let id = unique("moved");
+        let got = send(&app, delivery(SECRET, &id, old, EVENT)).await;
+        assert_eq!(got.code(), "webhook_timestamp_out_of_tolerance");
+        clock.set((clock_now - 200) * 1000);
+        let got = send(&app, delivery(SECRET, &id, old, EVENT)).await;
+        assert_eq!(got.status, StatusCode::NO_CONTENT, "{got:?}");
+    }
 }
 
 #[tokio::test]

@@ -4,8 +4,8 @@
 use super::db::Db;
 use super::store::Opened;
 use anyhow::{Context as _, Result};
-use oncely_core::jobs::{CompleterCounters, CompleterReport, ReaperCounters};
 use oncely_core::{Maintenance, Policy};
+use oncely_jobs::{CompleterCounters, CompleterReport, ReaperCounters};
 use oncely_tower::Metrics;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -168,13 +168,13 @@ impl App {
         Ok((status, body))
     }
 
-    /// Runs the reaper in this process ([`oncely_core::jobs::Reaper`]: a pass at start, then
+    /// Runs the reaper in this process ([`oncely_jobs::Reaper`]: a pass at start, then
     /// every `every`, in batches of 1,000), its running totals shown in `/metrics`: records
     /// deleted and orphaned, and how many records are marked for a person (each pass logs
     /// every one of them). It runs until the process ends. Call it once (a second reaper's
     /// totals would not be shown).
     pub fn spawn_reaper(&self, every: Duration) {
-        let reaper = oncely_core::jobs::Reaper::new(self.inner.store.clone(), every, 1000);
+        let reaper = oncely_jobs::Reaper::new(self.inner.store.clone(), every, 1000);
         let _ = self.inner.reaper.set(reaper.counters());
         reaper.spawn(std::future::pending());
     }

@@ -23,7 +23,7 @@ use axum::Router;
 use axum::body::{Bytes, to_bytes};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
 use oncely_core::{Problem, Scope};
 use oncely_grpc::payments::v1 as pb;
 use oncely_grpc::unary::{decode_request, reply, status_response};
@@ -199,14 +199,15 @@ pub async fn get_payment(
     }
 }
 
-/// The keyed methods' routes, with handlers whose transactions run on store type `S` (behind
-/// [`layer`] or, for the baseline, plain transactions).
-pub fn routes<S>() -> Router<App>
+/// The keyed methods' routes, with handlers whose transactions run on store type `S`, each
+/// method router passed through `keyed` (which puts [`layer`] or, for the baseline, a plain
+/// transaction on the route's own methods).
+pub fn routes<S>(keyed: &dyn Fn(MethodRouter<App>) -> MethodRouter<App>) -> Router<App>
 where
     S: SqlStore,
     S::Database: BusinessDb,
 {
-    Router::new().route(CREATE_PAYMENT, post(create_payment::<S>))
+    Router::new().route(CREATE_PAYMENT, keyed(post(create_payment::<S>)))
 }
 
 /// The gRPC form of the REST API's idempotency layer `rest` (the same store, claimer, policy,

@@ -91,7 +91,9 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
             oncely_core::Scope::new(routes::webhooks::SENDER),
             &cfg.webhook_secret,
         )
-        .context("--webhook-secret")?;
+        .context("--webhook-secret")?
+        // The webhook timestamp's tolerance on the key store's clock, like its leases.
+        .with_clock(opened.backend.clock());
     let router = router::router(
         app.clone(),
         &opened.backend,

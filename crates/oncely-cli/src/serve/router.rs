@@ -16,19 +16,25 @@ use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use oncely_core::{IdempotencyKey, Policy, RecordKey, Scope};
 use oncely_tower::{IdempotencyLayer, KeySource, StandardWebhooksLayer};
 
-/// The write routes, with handlers whose transactions run on store type `S`.
-fn write_routes<S>() -> Router<App>
+/// What a keyed route's method router gets: the idempotency layer (or the baseline's plain
+/// transaction), on the route's own methods only (`MethodRouter::route_layer`), so that another
+/// method is answered `405` and a path that is no route `404` before anything claims a key.
+/// `Router::route_layer` would wrap each route's `405` answer too.
+type Keyed<'a> = &'a dyn Fn(MethodRouter<App>) -> MethodRouter<App>;
+
+/// The write routes, with handlers whose transactions run on store type `S`, each `keyed`.
+fn write_routes<S>(keyed: Keyed<'_>) -> Router<App>
 where
     S: oncely_sqlx::SqlStore,
     S::Database: BusinessDb,
 {
     Router::new()
-        .route("/v1/payments", post(payments::create_payment::<S>))
-        .route("/v1/orders", post(orders::create_order::<S>))
+        .route("/v1/payments", keyed(post(payments::create_payment::<S>)))
+        .route("/v1/orders", keyed(post(orders::create_order::<S>)))
 }
 
 /// `serve --idempotency off`: the same handlers on a plain transaction, with no claim.
@@ -66,9 +72,13 @@ fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
     where
         DB: sqlx::Database + BusinessDb,
     {
-        write_routes::<UnclaimedStore<DB>>()
-            .merge(grpc::routes::<UnclaimedStore<DB>>())
-            .route_layer(middleware::from_fn_with_state(pool, unclaimed::<DB>))
+        let keyed = |m: MethodRouter<App>| {
+            m.route_layer(middleware::from_fn_with_state(
+                pool.clone(),
+                unclaimed::<DB>,
+            ))
+        };
+        write_routes::<UnclaimedStore<DB>>(&keyed).merge(grpc::routes::<UnclaimedStore<DB>>(&keyed))
     }
     // REST behind the layer, gRPC behind its gRPC form: one store, one set of metrics.
     fn layered<S>(l: IdempotencyLayer) -> Router<App>
@@ -76,9 +86,9 @@ fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
         S: oncely_sqlx::SqlStore,
         S::Database: BusinessDb,
     {
-        write_routes::<S>()
-            .route_layer(l.clone())
-            .merge(grpc::routes::<S>().route_layer(grpc::layer(l)))
+        let grpc_layer = grpc::layer(l.clone());
+        write_routes::<S>(&|m| m.route_layer(l.clone()))
+            .merge(grpc::routes::<S>(&|m| m.route_layer(grpc_layer.clone())))
     }
     match (backend, layer) {
         (Backend::Sqlite(_), Some(l)) => layered::<oncely_sqlite::SqliteStore>(l),
@@ -92,51 +102,56 @@ fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
     }
 }
 
-/// The webhook receiver, with a handler whose transaction runs on store type `S`.
-fn receiver_routes<S>() -> Router<App>
+/// The webhook receiver, with a handler whose transaction runs on store type `S`, `keyed`.
+fn receiver_routes<S>(keyed: Keyed<'_>) -> Router<App>
 where
     S: oncely_sqlx::SqlStore,
     S::Database: BusinessDb,
 {
-    Router::new().route(webhooks::PATH, post(webhooks::receive::<S>))
+    Router::new().route(webhooks::PATH, keyed(post(webhooks::receive::<S>)))
 }
 
 /// The webhook receiver over `backend`: the signature verified first (outermost, before any
 /// claim; the sender becomes the scope), then the API's layer keyed on `webhook-id` (a clone:
 /// it shares the store, the metrics and the graceful shutdown), or, without one, a plain
-/// transaction (the benchmark baseline).
+/// transaction (the benchmark baseline); both on the route's own methods.
 fn receivers(
     backend: &Backend,
     layer: Option<IdempotencyLayer>,
     verify: StandardWebhooksLayer,
 ) -> Router<App> {
     use oncely_sqlx::unclaimed::UnclaimedStore;
-    fn plain<DB>(pool: sqlx::Pool<DB>) -> Router<App>
+    fn plain<DB>(pool: sqlx::Pool<DB>, verify: StandardWebhooksLayer) -> Router<App>
     where
         DB: sqlx::Database + BusinessDb,
     {
-        receiver_routes::<UnclaimedStore<DB>>()
-            .route_layer(middleware::from_fn_with_state(pool, unclaimed::<DB>))
+        receiver_routes::<UnclaimedStore<DB>>(&|m| {
+            m.route_layer(middleware::from_fn_with_state(
+                pool.clone(),
+                unclaimed::<DB>,
+            ))
+            .route_layer(verify.clone())
+        })
+    }
+    fn layered<S>(l: IdempotencyLayer, verify: StandardWebhooksLayer) -> Router<App>
+    where
+        S: oncely_sqlx::SqlStore,
+        S::Database: BusinessDb,
+    {
+        receiver_routes::<S>(&|m| m.route_layer(l.clone()).route_layer(verify.clone()))
     }
     let webhook_id = KeySource::header(standardwebhooks::HEADER_WEBHOOK_ID)
         .expect("webhook-id is a header name");
-    let routes = match (backend, layer.map(|l| l.with_key_source(webhook_id))) {
-        (Backend::Sqlite(_), Some(l)) => {
-            receiver_routes::<oncely_sqlite::SqliteStore>().route_layer(l)
-        }
+    match (backend, layer.map(|l| l.with_key_source(webhook_id))) {
+        (Backend::Sqlite(_), Some(l)) => layered::<oncely_sqlite::SqliteStore>(l, verify),
         #[cfg(feature = "postgres")]
-        (Backend::Postgres(_), Some(l)) => {
-            receiver_routes::<oncely_postgres::PostgresStore>().route_layer(l)
-        }
-        (Backend::Split(_), Some(l)) => {
-            receiver_routes::<oncely_sqlx::Split<sqlx::Sqlite>>().route_layer(l)
-        }
-        (Backend::Sqlite(s), None) => plain(s.pool().clone()),
+        (Backend::Postgres(_), Some(l)) => layered::<oncely_postgres::PostgresStore>(l, verify),
+        (Backend::Split(_), Some(l)) => layered::<oncely_sqlx::Split<sqlx::Sqlite>>(l, verify),
+        (Backend::Sqlite(s), None) => plain(s.pool().clone(), verify),
         #[cfg(feature = "postgres")]
-        (Backend::Postgres(s), None) => plain(s.pool().clone()),
-        (Backend::Split(s), None) => plain(s.pool().clone()),
-    };
-    routes.route_layer(verify)
+        (Backend::Postgres(s), None) => plain(s.pool().clone(), verify),
+        (Backend::Split(s), None) => plain(s.pool().clone(), verify),
+    }
 }
 
 /// The idempotency layer for `backend`'s store, with `policy`.
@@ -178,4 +193,148 @@ pub fn router(
         .layer(middleware::from_fn(auth::authenticate))
         .layer(middleware::from_fn(should_retry::mark));
     trace::with_request_ids(router.with_state(app))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ServeConfig, StoreUrl, build, grpc};
+    use crate::processor::webhooks::DEV_WEBHOOK_SECRET;
+    use axum::Router;
+    use axum::body::{Body, to_bytes};
+    use axum::http::{Request, StatusCode, header};
+    use tower::ServiceExt as _;
+
+    async fn server(dir: &tempfile::TempDir) -> Router {
+        let db = dir.path().join("router.sqlite3");
+        let cfg = ServeConfig {
+            store: db.to_str().unwrap().parse::<StoreUrl>().unwrap(),
+            // Never called: no request here reaches a handler that calls out.
+            processor_url: "http://127.0.0.1:9".to_owned(),
+            crash_after: None,
+            policy: oncely_core::Policy::default(),
+            business_path: None,
+            completer_grace: None,
+            idempotency_off: false,
+            webhook_secret: DEV_WEBHOOK_SECRET.to_owned(),
+        };
+        build(&cfg).await.unwrap().1
+    }
+
+    struct Got {
+        status: StatusCode,
+        headers: axum::http::HeaderMap,
+        body: serde_json::Value,
+    }
+
+    async fn send(app: &Router, method: &str, path: &str, key: Option<&str>) -> Got {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, "Bearer acct_router")
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        let res = app
+            .clone()
+            .oneshot(req.body(Body::from("{}")).unwrap())
+            .await
+            .unwrap();
+        let (parts, body) = res.into_parts();
+        let bytes = to_bytes(body, 1 << 20).await.unwrap();
+        Got {
+            status: parts.status,
+            headers: parts.headers,
+            body: serde_json::from_slice(&bytes).unwrap_or_default(),
+        }
+    }
+
+    /// A method a keyed route does not serve is `405 method_not_allowed` from the router, with
+    /// `Allow`, before any claim: with a key it claims nothing (the key stays `absent`, free
+    /// for the method the route serves), and without one it is not `400
+    /// idempotency_key_missing` from the layer.
+    #[tokio::test]
+    async fn a_method_not_allowed_is_405_before_any_claim_on_every_keyed_route() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = server(&dir).await;
+        for path in [
+            "/v1/payments",
+            "/v1/orders",
+            "/webhooks/processor",
+            grpc::CREATE_PAYMENT,
+        ] {
+            for method in ["PUT", "PATCH", "DELETE"] {
+                for key in [None, Some(format!("k-{method}-{}", path.len()))] {
+                    let got = send(&app, method, path, key.as_deref()).await;
+                    assert_eq!(
+                        got.status,
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "{method} {path} {key:?}"
+                    );
+                    assert_eq!(
+                        got.body["code"], "method_not_allowed",
+                        "{method} {path} {key:?}"
+                    );
+                    assert!(got.headers.contains_key(header::ALLOW), "{method} {path}");
+                    if let Some(k) = key {
+                        let state =
+                            send(&app, "GET", &format!("/v1/idempotency-keys/{k}"), None).await;
+                        assert_eq!(
+                            state.body["state"], "absent",
+                            "{method} {path}: {}",
+                            state.body
+                        );
+                    }
+                }
+            }
+        }
+        // The layer is still on the keyed methods: a POST without a key is refused by it.
+        let got = send(&app, "POST", "/v1/orders", None).await;
+        assert_eq!(got.status, StatusCode::BAD_REQUEST);
+        assert_eq!(got.body["code"], "idempotency_key_missing");
+    }
+
+    /// Every `401` of the server carries a challenge (RFC 9110 section 11.6.1): `Bearer` for the
+    /// API without credentials, `Standard-Webhooks` for a webhook delivery that is not signed.
+    #[tokio::test]
+    async fn every_401_carries_a_www_authenticate_challenge() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = server(&dir).await;
+        for auth in [None, Some("Basic YTpi"), Some("Bearer ")] {
+            let mut req = Request::get("/v1/orders");
+            if let Some(a) = auth {
+                req = req.header(header::AUTHORIZATION, a);
+            }
+            let res = app
+                .clone()
+                .oneshot(req.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{auth:?}");
+            assert_eq!(
+                res.headers()[header::WWW_AUTHENTICATE],
+                "Bearer",
+                "{auth:?}"
+            );
+        }
+        let got = send(&app, "POST", "/webhooks/processor", None).await;
+        // Unsigned: refused for its missing headers before any signature is checked.
+        assert_eq!(got.status, StatusCode::BAD_REQUEST, "{}", got.body);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let req = Request::post("/webhooks/processor")
+            .header("webhook-id", "msg_router")
+            .header("webhook-timestamp", now.to_string())
+            .header(
+                "webhook-signature",
+                "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+            )
+            .body(Body::from("{}"))
+            .unwrap();
+        let res = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(res.headers()[header::WWW_AUTHENTICATE], "Standard-Webhooks");
+    }
 }

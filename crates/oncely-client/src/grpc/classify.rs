@@ -3,23 +3,31 @@
 //! Read in this order; the first rule that applies decides:
 //!
 //! 1. **The server's machine code**, `google.rpc.ErrorInfo.reason` in `grpc-status-details-bin`
-//!    (AIP-193), when it is one of Oncely's codes ([`oncely_core::ErrorCode`], any `domain`, in
-//!    our snake case or in the `UPPER_SNAKE_CASE` that `google.rpc.ErrorInfo` prescribes):
-//!    `idempotency_request_in_flight` and `idempotency_store_unavailable` are retried (the
-//!    first at the throttle price), every other one (`idempotency_key_mismatch`,
-//!    `idempotency_key_missing`, `idempotency_key_invalid`, ...) never, whatever the code.
+//!    (AIP-193), when it is one of Oncely's codes (any of [`oncely_core::ErrorCode::ALL`], any
+//!    `domain`, in our snake case or in the `UPPER_SNAKE_CASE` that `google.rpc.ErrorInfo`
+//!    prescribes): the retryable ones ([`oncely_core::ErrorCode::retryable`]:
+//!    `idempotency_request_in_flight`, `idempotency_store_unavailable`, `server_shutting_down`,
+//!    `database_unavailable`, `request_suspended`, `response_failed`) are retried (the first at
+//!    the throttle price), every other one (`idempotency_key_mismatch`,
+//!    `idempotency_request_needs_attention`, `handler_did_not_commit`, ...) never, whatever the
+//!    status code and whatever [`crate::RetryPolicy::with_retry_500`] says.
 //! 2. **The server's pushback**, `grpc-retry-pushback-ms` (gRFC A6): a negative or malformed
 //!    value is "do not retry"; a valid one is a lower bound on the wait.
-//! 3. **The status code**:
+//! 3. **The status code**, every one of the 17 ([`status_verdict`]), after gRPC's status code
+//!    guide and gRFC A6 (whose stock policies retry `UNAVAILABLE`), with the HTTP allowlist's
+//!    rule that what may have run is repeated only when it is safe to repeat:
 //!
 //! | code | verdict |
 //! |---|---|
 //! | `UNAVAILABLE` (14), answered by the server | retried, any call (the server says it did not handle it, like HTTP `503`) |
-//! | `RESOURCE_EXHAUSTED` (8) **with** `RetryInfo` | retried, throttle price (a quota that refills) |
+//! | `RESOURCE_EXHAUSTED` (8) **with** `RetryInfo` | retried, throttle price (a quota that refills, like HTTP `429`) |
 //! | `RESOURCE_EXHAUSTED` without `RetryInfo` | returned (a quota that may never refill, a message too large) |
-//! | `DEADLINE_EXCEEDED` (4), answered by the server | retried when safe to repeat (keyed or idempotent), within what is left of the call's deadline; else returned |
-//! | `INTERNAL` (13), `UNKNOWN` (2) | retried only with [`crate::RetryPolicy::with_retry_500`] and when safe to repeat |
-//! | `OK`, `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `ALREADY_EXISTS`, `ABORTED` (without our in-flight reason), `NOT_FOUND`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `CANCELLED`, `OUT_OF_RANGE`, `UNIMPLEMENTED`, `DATA_LOSS` | returned as is, never retried |
+//! | `DEADLINE_EXCEEDED` (4), answered by the server | retried when safe to repeat (keyed or idempotent), within what is left of the call's deadline, like HTTP `504`; else returned |
+//! | `INTERNAL` (13), `UNKNOWN` (2) | retried only with [`crate::RetryPolicy::with_retry_500`] and when safe to repeat, like HTTP `500` |
+//! | `ABORTED` (10) without our in-flight reason | returned: gRPC's guide retries it "at a higher level" (the whole read-modify-write), not as the same call |
+//! | `CANCELLED` (1) | returned: the call was cancelled, and repeating it is the caller's decision |
+//! | `DATA_LOSS` (15) | returned: unrecoverable, a retry cannot undo it |
+//! | `OK`, `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `ALREADY_EXISTS`, `NOT_FOUND`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `OUT_OF_RANGE`, `UNIMPLEMENTED` | returned as is, never retried: the same call gets the same answer (like HTTP's other `4xx`) |
 //!
 //! A response that is not a gRPC answer (an HTTP status other than `200` without `grpc-status`:
 //! a proxy answered) is judged by the HTTP allowlist instead ([`classify_http`]), and reported
@@ -70,18 +78,12 @@ use crate::classify::{Outcome, RequestFacts, ResponseFacts, RetryReason, Verdict
 /// gRFC A6's server pushback trailer: milliseconds to wait, or negative for "do not retry".
 pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
-/// Oncely's machine codes, as `ErrorInfo.reason` carries them.
-const OUR_CODES: [ErrorCode; 9] = [
-    ErrorCode::KeyMissing,
-    ErrorCode::KeyInvalid,
-    ErrorCode::KeyMismatch,
-    ErrorCode::RequestInFlight,
-    ErrorCode::StoreUnavailable,
-    ErrorCode::ResponseNotRetained,
-    ErrorCode::ScopeMissing,
-    ErrorCode::RequestTooLarge,
-    ErrorCode::BodyNotCanonicalizable,
-];
+/// The Oncely machine code an `ErrorInfo.reason` names (in either case), if any.
+fn our_code(reason: &str) -> Option<ErrorCode> {
+    ErrorCode::ALL
+        .into_iter()
+        .find(|c| c.as_str().eq_ignore_ascii_case(reason))
+}
 
 /// The server's pushback: `Some(Some(wait))`, `Some(None)` for "do not retry", `None` when
 /// absent.
@@ -109,11 +111,9 @@ pub fn classify_status(
         .get_details_retry_info()
         .and_then(|r| r.retry_delay)
         .or(pushed.flatten());
-    let ours = status.get_details_error_info().and_then(|info| {
-        OUR_CODES
-            .into_iter()
-            .find(|c| c.as_str().eq_ignore_ascii_case(&info.reason))
-    });
+    let ours = status
+        .get_details_error_info()
+        .and_then(|info| our_code(&info.reason));
     if let Some(ours) = ours {
         let verdict = if ours.retryable() {
             Verdict::Retry(RetryReason::Grpc {
@@ -129,21 +129,52 @@ pub fn classify_status(
     if pushed == Some(None) {
         return (Verdict::Done, None);
     }
-    let retry = |throttle| {
-        Verdict::Retry(RetryReason::Grpc {
+    let verdict = match status_verdict(
+        status.code(),
+        safe,
+        status.get_details_retry_info().is_some(),
+        retry_500,
+    ) {
+        Some(throttle) => Verdict::Retry(RetryReason::Grpc {
             code,
             reason: None,
             throttle,
-        })
-    };
-    let verdict = match status.code() {
-        Code::Unavailable => retry(false),
-        Code::ResourceExhausted if status.get_details_retry_info().is_some() => retry(true),
-        Code::DeadlineExceeded if safe => retry(false),
-        Code::Internal | Code::Unknown if retry_500 && safe => retry(false),
-        _ => Verdict::Done,
+        }),
+        None => Verdict::Done,
     };
     (verdict, hint)
+}
+
+/// The status code's own verdict (rule 3 of the [module docs](self)), for a status without one
+/// of our machine codes: `Some(throttle)` to retry it (at the throttle price when `throttle`),
+/// `None` to return it. `safe`: the call is keyed or its method idempotent; `retry_info`: the
+/// status carries `google.rpc.RetryInfo`; `retry_500`: [`crate::RetryPolicy::retry_500`].
+pub const fn status_verdict(
+    code: Code,
+    safe: bool,
+    retry_info: bool,
+    retry_500: bool,
+) -> Option<bool> {
+    // No wildcard arm: a status code added to tonic does not build until it is classified.
+    match code {
+        Code::Unavailable => Some(false),
+        Code::ResourceExhausted if retry_info => Some(true),
+        Code::DeadlineExceeded if safe => Some(false),
+        Code::Internal | Code::Unknown if retry_500 && safe => Some(false),
+        Code::ResourceExhausted | Code::DeadlineExceeded | Code::Internal | Code::Unknown => None,
+        Code::Ok
+        | Code::Cancelled
+        | Code::InvalidArgument
+        | Code::NotFound
+        | Code::AlreadyExists
+        | Code::PermissionDenied
+        | Code::FailedPrecondition
+        | Code::Aborted
+        | Code::OutOfRange
+        | Code::Unimplemented
+        | Code::DataLoss
+        | Code::Unauthenticated => None,
+    }
 }
 
 /// Classifies a response that is not a gRPC answer: an HTTP status other than `200` without a
@@ -183,15 +214,26 @@ pub fn status_from_http(status: StatusCode) -> Status {
 
 /// Whether a status says the server failed rather than answered: such an end refunds nothing
 /// to the retry budget (as a `5xx` does not for HTTP).
-pub(crate) fn is_server_failure(code: Code) -> bool {
-    matches!(
-        code,
+pub(crate) const fn is_server_failure(code: Code) -> bool {
+    match code {
         Code::Unavailable
-            | Code::Internal
-            | Code::Unknown
-            | Code::DataLoss
-            | Code::DeadlineExceeded
-    )
+        | Code::Internal
+        | Code::Unknown
+        | Code::DataLoss
+        | Code::DeadlineExceeded => true,
+        Code::Ok
+        | Code::Cancelled
+        | Code::InvalidArgument
+        | Code::NotFound
+        | Code::AlreadyExists
+        | Code::PermissionDenied
+        | Code::ResourceExhausted
+        | Code::FailedPrecondition
+        | Code::Aborted
+        | Code::OutOfRange
+        | Code::Unimplemented
+        | Code::Unauthenticated => false,
+    }
 }
 
 #[cfg(test)]
@@ -208,29 +250,15 @@ mod tests {
         )
     }
 
-    fn retry_info(code: Code, delay: Duration) -> Status {
+    fn retry_info_status(code: Code, delay: Duration) -> Status {
         Status::with_error_details(code, "x", ErrorDetails::with_retry_info(Some(delay)))
     }
 
-    const ALL_CODES: [Code; 17] = [
-        Code::Ok,
-        Code::Cancelled,
-        Code::Unknown,
-        Code::InvalidArgument,
-        Code::DeadlineExceeded,
-        Code::NotFound,
-        Code::AlreadyExists,
-        Code::PermissionDenied,
-        Code::ResourceExhausted,
-        Code::FailedPrecondition,
-        Code::Aborted,
-        Code::OutOfRange,
-        Code::Unimplemented,
-        Code::Internal,
-        Code::Unavailable,
-        Code::DataLoss,
-        Code::Unauthenticated,
-    ];
+    /// Every gRPC status code, 0 to 16 (the exhaustive matches above break the build when
+    /// tonic adds one).
+    fn all_codes() -> impl Iterator<Item = Code> {
+        (0..17).map(Code::from_i32)
+    }
 
     #[test]
     fn our_non_retryable_codes_are_never_retried_whatever_the_status() {
@@ -240,7 +268,7 @@ mod tests {
             "idempotency_key_missing",
             "idempotency_key_invalid",
         ] {
-            for code in ALL_CODES {
+            for code in all_codes() {
                 for safe in [true, false] {
                     let s = with_info(code, reason);
                     assert_eq!(classify_status(safe, &s, &none, true).0, Verdict::Done);
@@ -300,22 +328,65 @@ mod tests {
         }
     }
 
+    /// The status table of the module docs, one arm per code and no wildcard: whether a status
+    /// without our machine code is retried, for `(safe, retry_info, retry_500)`, and at the
+    /// throttle price.
+    fn expected(code: Code, safe: bool, retry_info: bool, retry_500: bool) -> Option<bool> {
+        match code {
+            Code::Unavailable => Some(false),
+            Code::ResourceExhausted => retry_info.then_some(true),
+            Code::DeadlineExceeded => safe.then_some(false),
+            Code::Internal | Code::Unknown => (safe && retry_500).then_some(false),
+            Code::Ok
+            | Code::Cancelled
+            | Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::PermissionDenied
+            | Code::FailedPrecondition
+            | Code::Aborted
+            | Code::OutOfRange
+            | Code::Unimplemented
+            | Code::DataLoss
+            | Code::Unauthenticated => None,
+        }
+    }
+
     #[test]
     fn the_status_table() {
         let none = HeaderMap::new();
-        let retried = |safe, s: &Status, r500| {
-            matches!(classify_status(safe, s, &none, r500).0, Verdict::Retry(_))
-        };
-        for code in ALL_CODES {
-            let s = Status::new(code, "x");
-            let expected_unsafe = code == Code::Unavailable;
-            let expected_safe = matches!(code, Code::Unavailable | Code::DeadlineExceeded);
-            assert_eq!(retried(false, &s, false), expected_unsafe, "{code:?}");
-            assert_eq!(retried(true, &s, false), expected_safe, "{code:?}");
+        for code in all_codes() {
+            let n = code as i32;
+            for (safe, retry_info, retry_500) in
+                (0..8).map(|b| (b & 1 != 0, b & 2 != 0, b & 4 != 0))
+            {
+                let s = if retry_info {
+                    retry_info_status(code, Duration::from_secs(1))
+                } else {
+                    Status::new(code, "x")
+                };
+                let want = expected(code, safe, retry_info, retry_500);
+                assert_eq!(
+                    status_verdict(code, safe, retry_info, retry_500),
+                    want,
+                    "{code:?}"
+                );
+                let got = classify_status(safe, &s, &none, retry_500).0;
+                let want = match want {
+                    Some(throttle) => Verdict::Retry(RetryReason::Grpc {
+                        code: n,
+                        reason: None,
+                        throttle,
+                    }),
+                    None => Verdict::Done,
+                };
+                assert_eq!(
+                    got, want,
+                    "{code:?} safe={safe} retry_info={retry_info} retry_500={retry_500}"
+                );
+            }
         }
-        assert!(retried(true, &Status::internal("x"), true));
-        assert!(!retried(false, &Status::internal("x"), true));
-        let quota = retry_info(Code::ResourceExhausted, Duration::from_secs(3));
+        let quota = retry_info_status(Code::ResourceExhausted, Duration::from_secs(3));
         assert_eq!(
             classify_status(false, &quota, &none, false),
             (
@@ -328,8 +399,36 @@ mod tests {
             )
         );
         // RetryInfo does not make a client error retryable.
-        let bad = retry_info(Code::InvalidArgument, Duration::from_secs(1));
+        let bad = retry_info_status(Code::InvalidArgument, Duration::from_secs(1));
         assert_eq!(classify_status(true, &bad, &none, true).0, Verdict::Done);
+    }
+
+    #[test]
+    fn every_machine_code_decides_whatever_the_status() {
+        let none = HeaderMap::new();
+        for ours in ErrorCode::ALL {
+            for reason in [ours.as_str().to_owned(), ours.as_str().to_ascii_uppercase()] {
+                for code in all_codes() {
+                    for (safe, retry_500) in [(false, false), (true, false), (true, true)] {
+                        let s = with_info(code, &reason);
+                        let want = if ours.retryable() {
+                            Verdict::Retry(RetryReason::Grpc {
+                                code: code as i32,
+                                reason: Some(ours.as_str()),
+                                throttle: ours == ErrorCode::RequestInFlight,
+                            })
+                        } else {
+                            Verdict::Done
+                        };
+                        assert_eq!(
+                            classify_status(safe, &s, &none, retry_500).0,
+                            want,
+                            "{reason} as {code:?}, safe={safe}, retry_500={retry_500}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! - Times come from the store's [`Clock`](crate::Clock) (or, for a store that documents it, the
 //!   server's own clock).
 //! - A store implements both traits, [`KeyStore`] and [`Maintenance`], and the shared
-//!   `conformance` suite (feature `conformance`), which covers both, must pass.
+//!   conformance suite (the crate `oncely-conformance`), which covers both, must pass.
 
 pub mod memory;
 mod wrapper;
@@ -285,7 +285,7 @@ pub fn lease_millis(lease: Duration) -> i64 {
     crate::clock::duration_millis(lease).max(1)
 }
 
-/// What the reaper did in one call (or, from the `jobs` feature's `reap_all`, in one pass).
+/// What the reaper did in one call (or, from `oncely_jobs::reap_all`, in one pass).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReapReport {

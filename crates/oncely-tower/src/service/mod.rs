@@ -62,9 +62,11 @@ use tower::Service;
 ///
 /// It accepts `http::Request<B>` for any body `B` and hands the inner service an
 /// `http::Request<`[`Body`]`>` (a boxed body: the buffered bytes on idempotent requests, the
-/// original stream on pass-through ones). Under axum, `Router::layer` and `Router::route_layer`
-/// accept it as is. It answers `http::Response<`[`Body`]`>` and fails only with the inner
-/// service's error.
+/// original stream on pass-through ones). Under axum, `MethodRouter::route_layer` (the form the
+/// docs use: only the route's own methods reach the layer, so another method's `405` and a
+/// missing route's `404` are answered before any claim), `Router::route_layer` and
+/// `Router::layer` (both of which also wrap each route's `405`) accept it as is. It answers
+/// `http::Response<`[`Body`]`>` and fails only with the inner service's error.
 pub struct Idempotency<S> {
     inner: S,
     config: Arc<Config>,

@@ -97,6 +97,19 @@ pub enum Backend {
     Split(oncely_sqlx::Split<sqlx::Sqlite>),
 }
 
+impl Backend {
+    /// The clock the key store decides by: the SQL stores' own; for a split backend the system
+    /// clock (the memory store's; Redis decides on its server's `TIME`).
+    pub fn clock(&self) -> Arc<dyn oncely_core::Clock> {
+        match self {
+            Self::Sqlite(s) => Arc::clone(s.clock()),
+            #[cfg(feature = "postgres")]
+            Self::Postgres(s) => Arc::clone(s.clock()),
+            Self::Split(_) => Arc::new(oncely_core::SystemClock),
+        }
+    }
+}
+
 /// The opened key store, its phase mechanism and the business database.
 pub struct Opened {
     /// The key store.

@@ -7,4 +7,4 @@ async fn make(clock: ManualClock) -> Option<MemoryStore> {
     Some(MemoryStore::with_clock(Arc::new(clock)))
 }
 
-oncely_core::conformance_tests!(make);
+oncely_conformance::conformance_tests!(make);
