@@ -369,10 +369,13 @@ pub fn render(policy: &Policy) -> String {
         w,
         "Writes commit their claim inside their own database transaction (on the SQLite and \
          PostgreSQL stores). `POST /v1/orders` is one transaction: a duplicate that arrives \
-         while the first is still in it waits for it (up to 4 s on PostgreSQL, 5 s on SQLite: the database's lock wait), and \
-         then gets the first request's response replayed (or runs, if the first rolled back); \
-         only past that bound does it get `409 idempotency_request_in_flight` (PostgreSQL) or \
-         `503` (SQLite). `POST /v1/payments` commits its first step before calling the card \
+         while the first is still in it waits for it, then gets the first request's response \
+         replayed (or runs, if the first rolled back). At the server running the first it waits \
+         up to 4 s with no database connection; at another server on PostgreSQL up to 1 s, in \
+         tries of 10 ms that hold no connection in between; from another process on SQLite up \
+         to 5 s, the database's write lock wait. Only past that bound does it get \
+         `409 idempotency_request_in_flight` with `Retry-After` (`503` from another process on \
+         SQLite). `POST /v1/payments` commits its first step before calling the card \
          processor: a duplicate during its first step waits the same way, and one that arrives \
          later, while the outside calls run, gets `409 idempotency_request_in_flight` with \
          `Retry-After`. On the memory and Redis stores every duplicate in flight gets the `409`.\n"

@@ -175,6 +175,8 @@ enum Command {
         /// every claim, recovery point and completion waits for 1 replica (WAIT, 500 ms) and
         /// is answered 503 idempotency_store_unavailable when it does not arrive; set
         /// ?wait_replicas=N&wait_timeout_ms=M (also on redis://; wait_replicas=0 turns it off).
+        /// ?namespace=NAME keeps the records under a key prefix of their own (default oncely):
+        /// the servers of one namespace must share one business database.
         #[arg(long, default_value = "oncely.sqlite3")]
         store: StoreUrl,
         /// The outside card processor and mailer (`oncely processor`); without it one is

@@ -636,6 +636,65 @@ fn gates_pass_on_redis() {
     assert_all_gates_pass(&report);
 }
 
+/// `url` (one Redis endpoint) pointed at database `db` instead of its own.
+fn in_database(url: &str, db: u32) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let (scheme, rest) = base.split_once("://").expect("a URL with a scheme");
+    let host = rest.split('/').next().unwrap_or(rest);
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    format!("{scheme}://{host}/{db}{query}")
+}
+
+/// Another deployment on the same Redis, with its own business database and a completer that
+/// re-drives every request whose lease lapsed at once, does not disturb a gates run: the gates
+/// keep their records in a namespace of their own, so the other completer cannot take over the
+/// requests of the fleet's killed server and answer them from its own database (before, that
+/// gave the fleet `201`s with no payment behind them: 18 or 19 payments for 20 successes). The
+/// two share a Redis database of this test's own (9), so the other deployment's eager completer
+/// reaches no other test's records.
+#[test]
+fn gates_on_a_shared_redis_are_not_disturbed_by_another_deployment() {
+    let Ok(url) = std::env::var("ONCELY_TEST_REDIS_URL") else {
+        eprintln!("skipped: ONCELY_TEST_REDIS_URL is unset (e.g. redis://127.0.0.1:6379)");
+        return;
+    };
+    let url = with_param(&in_database(&url, 9), "accept_volatile=true");
+    let dir = tempfile::tempdir().unwrap();
+    let business = dir.path().join("other-deployment.sqlite3");
+    let _other = start(&[
+        "serve",
+        "--store",
+        &url,
+        "--business-db",
+        business.to_str().unwrap(),
+        "--completer-grace-ms",
+        "0",
+        "--completer-every-ms",
+        "100",
+    ]);
+    let report = gates(&[
+        "--store",
+        &url,
+        "--only",
+        "fleet",
+        "--fleet-clients",
+        "4",
+        "--fleet-calls",
+        "5",
+    ]);
+    let fleet = &report["gates"][0]["details"];
+    assert_eq!(fleet["logical_calls"], 20, "{report:#}");
+    assert_eq!(
+        fleet["payments"], 20,
+        "a payment behind every 201: {report:#}"
+    );
+    assert_eq!(fleet["charged_keys"], 20, "{report:#}");
+    assert_eq!(fleet["duplicate_side_effects"], 0, "{report:#}");
+    assert_eq!(report["passed"], true, "{report:#}");
+}
+
 /// Runs `oncely ARGS` to its end (killed and failed after 60 s) and returns its exit code and
 /// stderr.
 fn run_to_end(args: &[&str]) -> (Option<i32>, String) {

@@ -25,6 +25,17 @@ pub(crate) const SELECT_RECORD: &str = concat!(
     " FROM oncely_idempotency_keys WHERE scope = $1 AND key = $2"
 );
 
+/// [`INSERT_CLAIM`]'s text (a macro, so that [`INSERT_CLAIM_RESTORING`] can include it).
+macro_rules! insert_claim {
+    () => {
+        "INSERT INTO oncely_idempotency_keys \
+         (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
+          created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, 1, 'in_flight', $5, $6, $7, $8) \
+         ON CONFLICT (scope, key) DO NOTHING"
+    };
+}
+
 /// A first claim: `$1` scope, `$2` key, `$3` fingerprint version, `$4` digest, `$5` lease
 /// expiry, `$6` request, `$7` now, `$8` expires_at. The primary key arbitrates: exactly one of
 /// any number of concurrent inserts returns a row; the others do nothing (no unique violation
@@ -37,14 +48,28 @@ pub(crate) const SELECT_RECORD: &str = concat!(
 /// of this insert, then a `LEFT JOIN` or `UNION ALL` of the record's read) ran at 0.85 to 0.93
 /// of the same transaction with this bare insert, because the server sets the read up on
 /// every execution, even when it does not run it. A replay thus costs two statements, a first
-/// execution one (issue 11: layer / floor 0.86 with the join, 0.90 to 0.93 with the bare
+/// execution one (measured: layer / floor 0.86 with the join, 0.90 to 0.93 with the bare
 /// insert, at concurrency 16; replays still ran at about 3 times the first executions' rate).
-pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
-    (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
-     created_at, expires_at) \
-    VALUES ($1, $2, $3, $4, 1, 'in_flight', $5, $6, $7, $8) \
-    ON CONFLICT (scope, key) DO NOTHING \
-    RETURNING token";
+pub(crate) const INSERT_CLAIM: &str = concat!(insert_claim!(), " RETURNING token");
+
+/// [`INSERT_CLAIM`] for the claimer's transaction, which began with the short
+/// [`BEGIN_CLAIM`] lock wait: the row it inserts also restores the transaction's `lock_timeout`
+/// to `$9` (the phase's bound) for the handler's statements, in the same statement (a
+/// `RETURNING` expression is evaluated only for an inserted row: a claim that inserted nothing
+/// restores it with [`RESTORE_LOCK_TIMEOUT`] if it claims at all).
+pub(crate) const INSERT_CLAIM_RESTORING: &str = concat!(
+    insert_claim!(),
+    " RETURNING token, set_config('lock_timeout', $9, true)"
+);
+
+/// The claimer's transaction (`PostgresStore::claim_tx`): a claim's wait for a key that another
+/// open transaction holds is one try of at most 10 milliseconds
+/// (`PostgresStore::CLAIM_TRY_LOCK_TIMEOUT`); between tries the claim holds no connection.
+pub(crate) const BEGIN_CLAIM: &str = "BEGIN; SET LOCAL lock_timeout = '10ms'";
+
+/// Restores the transaction's `lock_timeout` to `$1` after a claim of an existing record (a
+/// takeover, a claim anew) in the claimer's transaction.
+pub(crate) const RESTORE_LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', $1, true)";
 
 /// The guard every claim `UPDATE` carries: the row must still be exactly the version
 /// `decide()` looked at. `$3` token, `$4` state, `$5` lease expiry, `$6` completion time, `$7`

@@ -62,7 +62,10 @@ use std::time::Duration;
 /// [`PostgresStore::with_pool_lock_timeout`]). Claim and phase transactions are bounded at
 /// [`PostgresStore::TX_LOCK_TIMEOUT`] (4 seconds) either way: by the session's setting when the
 /// store knows it (`connect` reads it back from the server, so a pooler that drops startup
-/// options is noticed), else by a `SET LOCAL` sent with their `BEGIN`. Plain claims against a record in a phase do
+/// options is noticed), else by a `SET LOCAL` sent with their `BEGIN`. The claim of a
+/// transactional handler ([`PostgresStore::claim_tx`]) waits for a key another transaction holds in
+/// tries of [`PostgresStore::CLAIM_TRY_LOCK_TIMEOUT`] (10 milliseconds) instead, holding no
+/// connection between them, for at most [`PostgresStore::CLAIM_WAIT`] (1 second). Plain claims against a record in a phase do
 /// not wait: they read the last committed version and answer "in flight" (docs/DESIGN.md, "Slow database behind a proxy").
 ///
 /// # Clocks
@@ -96,6 +99,9 @@ pub struct PostgresStore {
     /// Whether every connection of the pool runs with a `lock_timeout` of at most
     /// [`PostgresStore::TX_LOCK_TIMEOUT`], so a claim's transaction needs no `SET LOCAL`.
     pub(crate) pool_lock_timeout_bounded: bool,
+    /// The `lock_timeout` of a phase's statements, in milliseconds: the session's when the
+    /// store relies on it, else [`PostgresStore::TX_LOCK_TIMEOUT`].
+    pub(crate) phase_lock_timeout_ms: u64,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -179,6 +185,7 @@ impl PostgresStore {
             lease_pool: Arc::default(),
             clock,
             pool_lock_timeout_bounded: false,
+            phase_lock_timeout_ms: duration_millis_u64(Self::TX_LOCK_TIMEOUT),
         }
     }
 
@@ -189,7 +196,7 @@ impl PostgresStore {
     /// limit"), claim and phase transactions begin with a plain `BEGIN`; otherwise, and for a
     /// pool whose `lock_timeout` was not declared, they begin with
     /// `BEGIN; SET LOCAL lock_timeout = '4000ms'` in one message, which costs the database
-    /// about 10 µs per transaction (measured with pgbench on this project's machine; issue 11).
+    /// about 10 µs per transaction (measured with pgbench on this project's machine).
     ///
     /// Declare it only for a pool whose connections are really configured so: behind a
     /// connection pooler that drops startup options (PgBouncer's `ignore_startup_parameters`)
@@ -202,6 +209,11 @@ impl PostgresStore {
     pub fn with_pool_lock_timeout(mut self, lock_timeout: Duration) -> Self {
         self.pool_lock_timeout_bounded =
             !lock_timeout.is_zero() && lock_timeout <= Self::TX_LOCK_TIMEOUT;
+        self.phase_lock_timeout_ms = duration_millis_u64(if self.pool_lock_timeout_bounded {
+            lock_timeout
+        } else {
+            Self::TX_LOCK_TIMEOUT
+        });
         self
     }
 
@@ -331,4 +343,10 @@ impl KeyStore for PostgresStore {
     async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
         retry_transient!(read(&self.pool, id).await)
     }
+}
+
+/// A duration in whole milliseconds (at least 1: PostgreSQL reads a `lock_timeout` of 0 as no
+/// limit).
+fn duration_millis_u64(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }

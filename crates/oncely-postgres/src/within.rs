@@ -70,6 +70,11 @@ pub(crate) enum ClaimPath {
     /// new key's whole claim is one statement), and a wait for the key past the transaction's
     /// `lock_timeout` is answered in flight (the transaction is then aborted).
     InTransaction,
+    /// [`PostgresStore::claim_tx`]: as [`ClaimPath::InTransaction`], in a transaction begun
+    /// with the short lock wait of one try ([`sql::BEGIN_CLAIM`]), which the claim restores to
+    /// the phase's bound once it holds the key; a wait past the try's bound is returned as the
+    /// lock timeout, for `claim_tx` to try again with no connection held in between.
+    Claimer,
 }
 
 /// What one claim round writes, from one reading of the clock.
@@ -109,12 +114,37 @@ impl PostgresStore {
         }
     }
 
-    /// The claim of a transactional handler (`oncely-sqlx`'s claimer): [`begin_tx`](Self::begin_tx)
-    /// and [`claim_in`](Self::claim_in). Returns the outcome and, exactly when it is
-    /// [`ClaimOutcome::Claimed`], the open transaction that holds the claim (commit it with the
-    /// business writes; dropping it rolls the claim back). On PostgreSQL a claim is decided
-    /// inside its transaction (the insert first): a read before it would cost every first
-    /// execution a round trip.
+    /// How long one try of [`claim_tx`](Self::claim_tx) waits for a key that another open
+    /// transaction holds: 10 milliseconds (its `lock_timeout`).
+    pub const CLAIM_TRY_LOCK_TIMEOUT: Duration = Duration::from_millis(10);
+
+    /// How long [`claim_tx`](Self::claim_tx) goes on trying to claim a key that another open
+    /// transaction holds before it answers [`ClaimOutcome::InFlight`]: 1 second.
+    pub const CLAIM_WAIT: Duration = Duration::from_secs(1);
+
+    /// The pause after the first try of [`claim_tx`](Self::claim_tx) that found the key held
+    /// (20 milliseconds), doubling up to 200 milliseconds.
+    const CLAIM_PAUSE: Duration = Duration::from_millis(20);
+
+    /// The claim of a transactional handler (`oncely-sqlx`'s claimer): begins the first
+    /// phase's transaction and claims in it as [`claim_in`](Self::claim_in) does. Returns the
+    /// outcome and, exactly when it is [`ClaimOutcome::Claimed`], the open transaction that
+    /// holds the claim (commit it with the business writes; dropping it rolls the claim back).
+    /// On PostgreSQL a claim is decided inside its transaction (the insert first): a read
+    /// before it would cost every first execution a round trip.
+    ///
+    /// A key that another open transaction holds (a duplicate of a request that another
+    /// process is running in its first phase) is waited for in short tries, so that a burst
+    /// of such duplicates cannot hold a pool's connections (docs/DESIGN.md, "Duplicates while
+    /// the first transaction is open"): each try waits at most
+    /// [`CLAIM_TRY_LOCK_TIMEOUT`](Self::CLAIM_TRY_LOCK_TIMEOUT) for the key, then gives its
+    /// connection back and pauses (20 milliseconds, doubling up to 200) with no connection
+    /// held; the next try replays the first request's response once it committed, or claims
+    /// the key if it rolled back. After [`CLAIM_WAIT`](Self::CLAIM_WAIT) the answer is
+    /// [`ClaimOutcome::InFlight`] (`409` with `Retry-After` from the layer). Once the claim
+    /// holds the key, the rest of the transaction has the phase's `lock_timeout` again
+    /// ([`TX_LOCK_TIMEOUT`](Self::TX_LOCK_TIMEOUT), or the session's shorter one the store
+    /// relies on), restored by the claim's own statement.
     ///
     /// # Errors
     ///
@@ -130,12 +160,36 @@ impl PostgresStore {
         ),
         StoreError,
     > {
-        let mut tx = self.begin_tx().await?;
-        let outcome = self.claim_in(&mut tx, req).await?;
-        match outcome {
-            ClaimOutcome::Claimed(_) => Ok((outcome, Some(tx))),
-            // Nothing was written: dropping `tx` rolls the empty transaction back.
-            other => Ok((other, None)),
+        let started = std::time::Instant::now();
+        let mut pause = Self::CLAIM_PAUSE;
+        loop {
+            let mut tx = self
+                .pool()
+                .begin_with(sql::BEGIN_CLAIM)
+                .await
+                .map_err(map)?;
+            match self.claim_on(&mut tx, req, ClaimPath::Claimer).await {
+                Ok(outcome @ ClaimOutcome::Claimed(_)) => return Ok((outcome, Some(tx))),
+                // Nothing was written: dropping `tx` rolls the empty transaction back.
+                Ok(other) => return Ok((other, None)),
+                Err(e) if is_lock_timeout(&e) => {
+                    // The aborted transaction's rollback is queued, and its connection goes
+                    // back to the pool for the pause.
+                    drop(tx);
+                    let left = Self::CLAIM_WAIT.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Ok((
+                            ClaimOutcome::InFlight {
+                                lease_expires_at: self.clock().now_millis(),
+                            },
+                            None,
+                        ));
+                    }
+                    tokio::time::sleep(pause.min(left)).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 
@@ -189,7 +243,9 @@ impl PostgresStore {
                 ClaimPath::Pooled => {
                     retry_transient!(self.claim_round(conn, req, request, path).await)
                 }
-                ClaimPath::InTransaction => self.claim_round(conn, req, request, path).await,
+                ClaimPath::InTransaction | ClaimPath::Claimer => {
+                    self.claim_round(conn, req, request, path).await
+                }
             };
             match round {
                 Ok(Some(outcome)) => return Ok(outcome),
@@ -230,12 +286,13 @@ impl PostgresStore {
         };
         let existing = match path {
             ClaimPath::Pooled => read(&mut *conn, &req.id).await?,
-            ClaimPath::InTransaction => None,
+            ClaimPath::InTransaction | ClaimPath::Claimer => None,
         };
         let existing = match existing {
             Some(existing) => existing,
             None => {
-                if insert_claim(conn, req, &t, request).await? {
+                let restore = (path == ClaimPath::Claimer).then_some(self.phase_lock_timeout_ms);
+                if insert_claim(conn, req, &t, request, restore).await? {
                     return Ok(Some(ClaimOutcome::Claimed(Claim::new(
                         FencingToken(1),
                         t.lease_expires_at,
@@ -258,7 +315,15 @@ impl PostgresStore {
                 }
             }
         };
-        claim_existing(conn, req, &t, request, &existing).await
+        let outcome = claim_existing(conn, req, &t, request, &existing).await?;
+        if path == ClaimPath::Claimer && matches!(outcome, Some(ClaimOutcome::Claimed(_))) {
+            sqlx::query(sql::RESTORE_LOCK_TIMEOUT)
+                .bind(format!("{}ms", self.phase_lock_timeout_ms))
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(outcome)
     }
 
     /// The fencing write on `conn`: renews the lease to now plus `lease` (never less than 1
@@ -387,13 +452,20 @@ impl PostgresStore {
 }
 
 /// The claim of an absent key (see [`sql::INSERT_CLAIM`]): `true` when this insert won it.
+/// With `restore_ms`, the row it inserts also sets the transaction's `lock_timeout` to that
+/// many milliseconds ([`sql::INSERT_CLAIM_RESTORING`]).
 async fn insert_claim(
     conn: &mut PgConnection,
     req: &ClaimRequest,
     t: &ClaimTimes,
     request: Option<&[u8]>,
+    restore_ms: Option<u64>,
 ) -> Result<bool, StoreError> {
-    let inserted: Option<i64> = sqlx::query_scalar(sql::INSERT_CLAIM)
+    let statement = match restore_ms {
+        Some(_) => sql::INSERT_CLAIM_RESTORING,
+        None => sql::INSERT_CLAIM,
+    };
+    let mut query = sqlx::query_scalar::<_, i64>(statement)
         .bind(req.id.scope.as_str())
         .bind(req.id.key.as_str())
         .bind(i32::from(req.fingerprint.version()))
@@ -401,10 +473,11 @@ async fn insert_claim(
         .bind(t.lease_expires_at)
         .bind(request)
         .bind(t.now)
-        .bind(t.expires_at)
-        .fetch_optional(conn)
-        .await
-        .map_err(map)?;
+        .bind(t.expires_at);
+    if let Some(ms) = restore_ms {
+        query = query.bind(format!("{ms}ms"));
+    }
+    let inserted = query.fetch_optional(conn).await.map_err(map)?;
     Ok(inserted.is_some())
 }
 

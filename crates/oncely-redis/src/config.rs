@@ -14,8 +14,8 @@ pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(500);
 pub const DEFAULT_INDEX_WALK_EVERY: Duration = Duration::from_secs(3600);
 
 /// Connection settings for [`RedisStore::connect_with`](crate::RedisStore::connect_with). The store
-/// URL's query parameters `accept_volatile`, `wait_replicas` and `wait_timeout_ms`, when present,
-/// override the fields of the same name.
+/// URL's query parameters `namespace`, `accept_volatile`, `wait_replicas` and `wait_timeout_ms`,
+/// when present, override the fields of the same name.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RedisConfig {
@@ -26,8 +26,11 @@ pub struct RedisConfig {
     /// [`RedisConfig::wait_timeout`]. Default: [`DEFAULT_OPERATION_TIMEOUT`] (2 seconds).
     pub operation_timeout: Duration,
     /// The key prefix, so several applications (or test runs) can share one Redis database
-    /// without seeing each other's records. Default: [`DEFAULT_NAMESPACE`] (`oncely`). Braces
-    /// and `%` are escaped (see [`record_key`](crate::record_key)).
+    /// without seeing each other's records: every operation, the reaper's and the completer's
+    /// passes included, reaches only the records of its own namespace. Default:
+    /// [`DEFAULT_NAMESPACE`] (`oncely`). Braces and `%` are escaped (see
+    /// [`record_key`](crate::record_key)). URL: `namespace=NAME` (at least one character,
+    /// taken as written, no percent-decoding).
     pub namespace: String,
     /// Accept a Redis that keeps nothing across a restart (see
     /// [`Persistence`](crate::Persistence)): the store then connects, and a restart loses the

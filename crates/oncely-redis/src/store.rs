@@ -188,7 +188,8 @@ impl RedisStore {
     /// - a Redis Cluster: `redis+cluster://[user[:password]@]host:port[,host:port…]` (or
     ///   `rediss+cluster://` for TLS): the seed nodes (any reachable one is enough; the rest
     ///   of the cluster is discovered), credentials shared by every node, no database number;
-    /// - Oncely's query parameters, on either form: `accept_volatile=true`
+    /// - Oncely's query parameters, on either form: `namespace=NAME`
+    ///   ([`RedisConfig::namespace`]), `accept_volatile=true`
     ///   ([`RedisConfig::accept_volatile`]), `wait_replicas=N`
     ///   ([`RedisConfig::wait_replicas`]), `wait_timeout_ms=M` ([`RedisConfig::wait_timeout`]),
     ///   e.g. `redis+cluster://127.0.0.1:7100,127.0.0.1:7101?wait_replicas=1&wait_timeout_ms=500`.
@@ -249,7 +250,7 @@ impl RedisStore {
         Ok(Self {
             conn,
             clock: ClockSource::Server,
-            namespace: config.namespace,
+            namespace: options.namespace.unwrap_or(config.namespace),
             timeout,
             wait: (replicas > 0).then_some((replicas, wait_timeout)),
             persistence,

@@ -16,6 +16,7 @@ pub(crate) enum Endpoint {
 /// Oncely's own query parameters, removed from the URL before the redis crate sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct UrlOptions {
+    pub(crate) namespace: Option<String>,
     pub(crate) accept_volatile: Option<bool>,
     pub(crate) wait_replicas: Option<u32>,
     pub(crate) wait_timeout: Option<Duration>,
@@ -34,8 +35,9 @@ fn bool_param(name: &str, v: &str) -> Result<bool, InvalidUrl> {
 /// Forms: `redis://…` and `rediss://…` (one endpoint, as the redis crate reads it), and
 /// `redis+cluster://[user[:password]@]host:port[,host:port…]` (or `rediss+cluster://` for
 /// TLS): the seed nodes of a Redis Cluster, credentials shared by every node, no database
-/// number (a cluster has only database 0). Oncely's query parameters are `accept_volatile`,
-/// `wait_replicas` and `wait_timeout_ms`; any other parameter is passed on to the redis crate.
+/// number (a cluster has only database 0). Oncely's query parameters are `namespace`,
+/// `accept_volatile`, `wait_replicas` and `wait_timeout_ms`; any other parameter is passed on
+/// to the redis crate.
 pub(crate) fn parse(url: &str) -> Result<(Endpoint, UrlOptions), InvalidUrl> {
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, Some(q)),
@@ -50,6 +52,14 @@ pub(crate) fn parse(url: &str) -> Result<(Endpoint, UrlOptions), InvalidUrl> {
     {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
+            "namespace" => {
+                if value.is_empty() {
+                    return Err(InvalidUrl(
+                        "namespace=\"\": expected a key prefix of at least one character".into(),
+                    ));
+                }
+                options.namespace = Some(value.to_owned());
+            }
             "accept_volatile" => options.accept_volatile = Some(bool_param(name, value)?),
             "wait_replicas" => {
                 options.wait_replicas = Some(value.parse().map_err(|_| {
@@ -119,12 +129,15 @@ mod tests {
     use super::*;
     #[test]
     fn single_urls_pass_through_without_oncely_options() {
-        let (e, o) = parse("redis://:pw@h:6379/2?accept_volatile=true&protocol=resp3").unwrap();
+        let (e, o) =
+            parse("redis://:pw@h:6379/2?accept_volatile=true&protocol=resp3&namespace=run-1:a")
+                .unwrap();
         assert_eq!(
             e,
             Endpoint::Single("redis://:pw@h:6379/2?protocol=resp3".into())
         );
         assert_eq!(o.accept_volatile, Some(true));
+        assert_eq!(o.namespace.as_deref(), Some("run-1:a"));
         assert_eq!(o.wait_replicas, None);
         let (e, o) = parse("redis://127.0.0.1:6379").unwrap();
         assert_eq!(e, Endpoint::Single("redis://127.0.0.1:6379".into()));
@@ -158,6 +171,7 @@ mod tests {
             ("redis://a?wait_replicas=-1", "wait_replicas"),
             ("redis://a?wait_timeout_ms=0", "wait_timeout_ms"),
             ("redis://a?accept_volatile=maybe", "accept_volatile"),
+            ("redis://a?namespace=", "namespace"),
             ("http://a", "unknown scheme"),
             ("a:1", "no scheme"),
         ] {

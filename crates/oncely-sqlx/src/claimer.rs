@@ -15,21 +15,25 @@ use std::sync::{Arc, Mutex};
 /// # What a duplicate sees
 ///
 /// - While the first request's transaction is open, its uncommitted claim holds the key: a
-///   concurrent duplicate **waits** for it (PostgreSQL: on the key's unique-index entry, bounded
-///   by `PostgresStore::TX_LOCK_TIMEOUT`, 4 seconds; MySQL and MariaDB: on the key's row,
-///   bounded by `innodb_lock_wait_timeout`, `MySqlStore::TX_LOCK_TIMEOUT`, 4 seconds, set by
-///   the transaction itself; SQLite: for the write lock, bounded by the
-///   busy timeout, 5 seconds), then replays the committed response, or executes if the first
-///   rolled back. Past the bound it gets `409 idempotency_request_in_flight` with `Retry-After`
-///   (PostgreSQL, MySQL) or `503` (SQLite, where every writer, of any key, waits for the one write
-///   lock: keep transactions short).
+///   concurrent duplicate **waits** for it, then replays the committed response, or executes
+///   if the first rolled back.
 /// - A duplicate that reaches the process running the first request waits in that process,
 ///   holding no database connection ([`Claimer::local_wait`], up to
-///   [`LOCAL_WAIT`](Self::LOCAL_WAIT), then `409`), and claims once the first's claim has
-///   committed (a replay: two statements on PostgreSQL and MySQL, one on SQLite). So a burst of
-///   retries of one slow request cannot take the pool's connections from other keys'
-///   requests. Only the waits of duplicates that reach other processes happen in the
-///   database, as above.
+///   [`LOCAL_WAIT`](Self::LOCAL_WAIT), 4 seconds, then `409 idempotency_request_in_flight`
+///   with `Retry-After`), and claims once the first's claim has committed (a replay: two
+///   statements on PostgreSQL and MySQL, one on SQLite). So a burst of retries of one slow
+///   request cannot take the pool's connections from other keys' requests.
+/// - A duplicate that reaches another process waits in the database. On PostgreSQL it waits in
+///   short tries that hold a connection only while they run (`PostgresStore::claim_tx`: each
+///   try waits at most 10 milliseconds on the key's unique-index entry, then gives its
+///   connection back and pauses, 20 milliseconds doubling up to 200), so a burst of retries
+///   across processes cannot use up a pool either; after `PostgresStore::CLAIM_WAIT`
+///   (1 second) it gets `409 idempotency_request_in_flight` with `Retry-After`. On MySQL and
+///   MariaDB it waits on the key's row, bounded by `innodb_lock_wait_timeout`
+///   (`MySqlStore::TX_LOCK_TIMEOUT`, 4 seconds, set by the transaction itself), holding its
+///   connection, then gets the `409`. On SQLite it waits for the write lock, bounded by the
+///   busy timeout (5 seconds), then gets `503`: every writer, of any key, waits for the one
+///   write lock (keep transactions short).
 /// - Once a multi-step request committed its first phase, a duplicate gets the layer's usual
 ///   in-flight answer while it runs.
 /// - A replay or a mismatch never enters the handler and never leaves a write behind (on SQLite
@@ -40,8 +44,9 @@ pub struct TransactionalClaimer<S: SqlStore> {
 
 impl<S: SqlStore> TransactionalClaimer<S> {
     /// How long a duplicate of a request this process is running waits in the process before
-    /// it is answered in flight ([`Claimer::local_wait`]): 4 seconds, the bound of a wait in
-    /// the database on PostgreSQL.
+    /// it is answered in flight ([`Claimer::local_wait`]): 4 seconds. Such a wait holds no
+    /// connection, so it may be longer than that of a duplicate that reached another process
+    /// (`PostgresStore::CLAIM_WAIT`, 1 second, in tries that each take a connection).
     pub const LOCAL_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
 
     /// A claimer over `store` (use [`layer`](crate::layer), which installs it).
@@ -99,9 +104,9 @@ impl<S: SqlStore> Claimer for TransactionalClaimer<S> {
         }
     }
 
-    /// 4 seconds (`PostgresStore::TX_LOCK_TIMEOUT`): a duplicate of a request this process
-    /// is running waits that long in the process, with no connection, instead of in the
-    /// database, where it would hold a pooled connection while it waited.
+    /// 4 seconds ([`LOCAL_WAIT`](Self::LOCAL_WAIT)): a duplicate of a request this process is
+    /// running waits that long in the process, with no connection, instead of in the
+    /// database, where each of its tries would take a pooled connection.
     fn local_wait(&self) -> Option<std::time::Duration> {
         Some(Self::LOCAL_WAIT)
     }

@@ -41,17 +41,18 @@
 //! - **One commit for a single-phase handler.** The claim is an `INSERT` inside the handler's
 //!   transaction; [`Tx::commit`] stores the response in the same transaction. A crash before
 //!   the commit undoes the claim with the writes (a retry executes afresh); a crash after it
-//!   leaves a record that replays (case S8).
+//!   leaves a record that replays (docs/DESIGN.md, "One commit for a single-phase handler").
 //! - **What is stored is what is sent.** [`Tx::commit`] takes the handler's actual response
 //!   (`impl IntoResponse`), captures it exactly as it goes out, and returns it.
 //! - **A concurrent duplicate waits, then replays** (bounded; see [`TransactionalClaimer`]):
 //!   for this kind of handler "in flight" is a short wait, not a `409`, unless the bound is
-//!   reached. It never runs the handler while the first is undecided (case S5).
+//!   reached. It never runs the handler while the first is undecided.
 //! - **Replays never enter the handler** and never open a write transaction on SQLite.
 //! - **A failed phase rolls back** ([`TxError`] renders the answer). A single-phase handler's
 //!   uncommitted error thus leaves the key free (DESIGN: a `5xx` whose transaction rolled back
-//!   is not stored); a response the handler commits with [`Tx::commit`], whatever its status, is
-//!   stored and replayed, because its writes committed. A phase that fails after an earlier
+//!   is not stored); a response the handler commits with [`Tx::commit`] is stored and replayed
+//!   with its writes, except a `5xx`, `408`, `409`, `425` or `429`, which commits nothing (the
+//!   step rolls back, so a retry runs it again). A phase that fails after an earlier
 //!   one committed a recovery point says so: `503 request_suspended`, retryable, naming the
 //!   step where the request stopped; a retry with the same key resumes there.
 //! - **No success without a commit.** A handler that answers 2xx or 3xx without completing its

@@ -37,7 +37,7 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
     child::resolve_executable()?;
     let dir = tempfile::tempdir().context("make a temporary directory")?;
     let store = match &cfg.store {
-        Some(s) => s.clone(),
+        Some(s) => own_namespace(s),
         None => StoreUrl::Sqlite(dir.path().join("oncely.sqlite3").display().to_string()),
     };
     let instances = cfg.instances.unwrap_or(match store {
@@ -95,4 +95,67 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
         );
     }
     Ok(passed)
+}
+
+/// A Redis store in a namespace of this run's own (`namespace=oncely-gates-<uuid>` added to its
+/// URL, unless the URL names one): every server and completer the gates start then sees only
+/// this run's records. In the shared namespace, another deployment on the same Redis (another
+/// gates run, a test's server) with its own business database would take over this run's
+/// requests whose lease lapsed (its completer re-drives them through its own server) and store
+/// their final response, so a client would be answered `201` for a payment that this run's
+/// business database never got. Other stores are returned as they are.
+fn own_namespace(store: &StoreUrl) -> StoreUrl {
+    match store {
+        StoreUrl::Redis(url) if !has_query_param(url, "namespace") => {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            StoreUrl::Redis(format!(
+                "{url}{sep}namespace=oncely-gates-{}",
+                uuid::Uuid::new_v4().simple()
+            ))
+        }
+        other => other.clone(),
+    }
+}
+
+/// Whether `url`'s query has the parameter `name`.
+fn has_query_param(url: &str, name: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, q)| {
+        q.split('&')
+            .any(|p| p.split_once('=').map_or(p, |(n, _)| n) == name)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redis_store_gets_a_namespace_of_the_runs_own() {
+        let ns = |s: &StoreUrl| match s {
+            StoreUrl::Redis(u) => u
+                .split(['?', '&'])
+                .find_map(|p| p.strip_prefix("namespace="))
+                .map(str::to_owned),
+            _ => None,
+        };
+        let shared = StoreUrl::Redis("redis://127.0.0.1:6379?accept_volatile=true".into());
+        let (one, two) = (own_namespace(&shared), own_namespace(&shared));
+        let first = ns(&one).expect("a namespace");
+        assert!(first.starts_with("oncely-gates-"), "{first}");
+        assert_ne!(ns(&one), ns(&two), "each run its own");
+        let StoreUrl::Redis(u) = &one else {
+            unreachable!()
+        };
+        assert!(u.starts_with("redis://127.0.0.1:6379?accept_volatile=true&namespace="));
+        let cluster = StoreUrl::Redis("redis+cluster://127.0.0.1:7100,127.0.0.1:7101".into());
+        assert!(ns(&own_namespace(&cluster)).is_some());
+        let named = StoreUrl::Redis("redis://h?namespace=mine".into());
+        assert_eq!(
+            own_namespace(&named),
+            named,
+            "the URL's own namespace is kept"
+        );
+        let pg = StoreUrl::Postgres("postgres://h/db".into());
+        assert_eq!(own_namespace(&pg), pg);
+    }
 }

@@ -33,7 +33,7 @@ pub enum StoreUrl {
     Mysql(String),
     /// `redis://…`, `rediss://…`, or a Redis Cluster: `redis+cluster://host:port,host:port…`
     /// (`rediss+cluster://` for TLS); see `oncely_redis::RedisStore::connect_with` for the
-    /// query options (`accept_volatile`, `wait_replicas`, `wait_timeout_ms`).
+    /// query options (`namespace`, `accept_volatile`, `wait_replicas`, `wait_timeout_ms`).
     Redis(String),
 }
 
