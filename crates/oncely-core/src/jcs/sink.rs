@@ -23,7 +23,7 @@ pub(super) const SINK_BUF: usize = 4096;
 
 thread_local! {
     /// The batching buffer of [`HashSink`], kept per thread: a fresh zeroed array on every
-    /// call cost more than hashing a small body (issue 11's profile).
+    /// call cost more than hashing a small body (as profiled; docs/DESIGN.md, "The fingerprint").
     pub(super) static SINK: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
