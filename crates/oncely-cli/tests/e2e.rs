@@ -174,7 +174,8 @@ async fn metrics_are_labelled_by_route_outcome_and_store() {
 
 /// A payment body that repeats `amount`, sent with the key of a payment that had one of its
 /// values, gets `400 idempotency_body_not_canonicalizable` (before any claim), never the stored
-/// payment: a first-wins reader would charge 1, a last-wins reader 5000 (issue 12).
+/// payment: a first-wins reader would charge 1, a last-wins reader 5000
+/// (docs/DESIGN.md, "JSON bodies and the I-JSON rule").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_duplicate_member_names_and_never_replays_them() {
     let dir = tempfile::tempdir().unwrap();

@@ -89,7 +89,8 @@ where
     );
 }
 
-/// A different fingerprint is a mismatch in every state that holds a fingerprint (case S3).
+/// A different fingerprint is a mismatch in every state that holds a fingerprint (docs/DESIGN.md,
+/// "Validation skipped on one path").
 pub async fn mismatch_in_every_state<S, F, Fut>(make: &F)
 where
     S: KeyStore,
@@ -200,7 +201,8 @@ where
     assert_eq!(rec.state_name(), "in_flight");
 }
 
-/// The same key in two scopes: two independent records (case S9).
+/// The same key in two scopes: two independent records (docs/DESIGN.md, "Keys shared
+/// across tenants").
 pub async fn scopes_are_independent<S, F, Fut>(make: &F)
 where
     S: KeyStore,

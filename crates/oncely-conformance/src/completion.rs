@@ -12,9 +12,10 @@ use oncely_core::{
 use std::future::Future;
 use std::time::Duration;
 
-/// The stored request lives only while the record is in flight (issue 12: the completer
-/// re-drives in-flight records only): completing drops it, on a first owner and on a takeover,
-/// and the replay is unchanged; releasing drops it too, and the next claim stores its own.
+/// The stored request lives only while the record is in flight (the completer re-drives in-flight
+/// records only; docs/DESIGN.md, "Replay window, retention, reaper and completer"): completing
+/// drops it, on a first owner and on a takeover, and the replay is unchanged; releasing drops it
+/// too, and the next claim stores its own.
 pub async fn completion_drops_the_stored_request<S, F, Fut>(make: &F)
 where
     S: KeyStore,

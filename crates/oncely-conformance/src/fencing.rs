@@ -12,7 +12,8 @@ use std::time::Duration;
 
 /// An owner that stops renewing loses the claim after the lease; the new owner gets a larger
 /// token and the recovery point; every write with the stale token is rejected and changes
-/// nothing (case S1 and the paused-owner scenario).
+/// nothing (docs/DESIGN.md, "Crashed owner", and the paused owner of "Why a lease
+/// needs a fencing token").
 pub async fn lease_takeover_fences_old_owner<S, F, Fut>(make: &F)
 where
     S: KeyStore,
@@ -83,8 +84,8 @@ where
     }
 }
 
-/// A zero lease is still a lease (case S1: an unknown budget is not "no lease"), and the
-/// original request is kept through a takeover for the completer.
+/// A zero lease is still a lease (an unknown budget is not "no lease"; docs/DESIGN.md, "Crashed
+/// owner"), and the original request is kept through a takeover for the completer.
 pub async fn zero_lease_is_still_a_lease<S, F, Fut>(make: &F)
 where
     S: KeyStore,

@@ -30,9 +30,9 @@
 //! record is completed with its status and headers but `body_retained: false`. A later replay
 //! of such a record answers `409 idempotency_response_not_retained` (not retryable, with
 //! `Idempotent-Replayed: true` and a detail naming the original status): never an empty or
-//! partial body presented as the original, and never a second execution (case S10). A body
-//! stream that fails while being captured is treated the same way: the first caller gets the
-//! bytes read and then the error, the record is completed as not retained.
+//! partial body presented as the original, and never a second execution (docs/DESIGN.md, "Streaming
+//! responses"). A body stream that fails while being captured is treated the same way: the first
+//! caller gets the bytes read and then the error, the record is completed as not retained.
 //!
 //! Note the cost of capture: a response under the limit reaches the first caller only once its
 //! whole body was produced. Routes that stream long-lived responses (server-sent events)

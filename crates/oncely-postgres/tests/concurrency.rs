@@ -152,7 +152,8 @@ async fn cold_instance_replays() {
 
     clock.advance(Duration::from_secs(600));
     let b = common::store(clock.clone()).await.unwrap();
-    // The retry serializes the same JSON differently (case S4): still the same fingerprint.
+    // The retry serializes the same JSON differently: still the same fingerprint (docs/DESIGN.md,
+    // "Serializer differences").
     match b
         .claim(claim_req(&id, r#"{ "amount" : 100 }"#))
         .await

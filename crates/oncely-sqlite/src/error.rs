@@ -7,7 +7,8 @@ use oncely_core::StoreError;
 /// full disk) is [`StoreError::Unavailable`], so the layer fails closed with `503`.
 ///
 /// No claim path can see a unique violation: the claim's insert uses `ON CONFLICT DO NOTHING`,
-/// so losing the race is the "record exists" path (case S11).
+/// so losing the race is the "record exists" path (docs/DESIGN.md,
+/// "Unique violation surfaced as 500").
 pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
     match e {
         sqlx::Error::ColumnDecode { .. }

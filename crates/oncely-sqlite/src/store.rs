@@ -73,8 +73,9 @@ const MIGRATE_ATTEMPTS: u32 = 5;
 ///   interleave) runs `INSERT ... ON CONFLICT (scope, key) DO NOTHING`: one row inserted means
 ///   the primary key granted this caller the key ([`ClaimKind::New`](oncely_core::ClaimKind::New), token 1). Zero rows means
 ///   the record exists: it is read again and [`decide`] runs on it (comparing fingerprints on
-///   this path too, case S3); a granted claim is one `UPDATE ... WHERE scope AND key AND
-///   token = <the token read>`. Losing the insert race is never an error (case S11).
+///   this path too; docs/DESIGN.md, "Validation skipped on one path"); a granted claim is one
+///   `UPDATE ... WHERE scope AND key AND token = <the token read>`. Losing the insert race is
+///   never an error (docs/DESIGN.md, "Unique violation surfaced as 500").
 /// - **renew, checkpoint, complete, release**: one conditional `UPDATE ... WHERE scope AND key
 ///   AND token = ? AND state = 'in_flight'`; zero rows is [`StoreError::Fenced`].
 /// - **reap**: one `DELETE ... WHERE rowid IN (SELECT ... ORDER BY expires_at LIMIT batch)`

@@ -1,4 +1,5 @@
-//! SQLite-specific behaviour: cold reopen (case S2), real concurrency on a file with several
+//! SQLite-specific behaviour: cold reopen (docs/DESIGN.md, "Replay on a cold
+//! process"), real concurrency on a file with several
 //! pool connections and two pools, corrupt rows, connection settings, migrations, failure
 //! mapping, and the reaper on a large table.
 
@@ -67,7 +68,8 @@ async fn cold_reopen_replays_byte_for_byte() {
         .expect("record survives the reopen");
     assert_eq!(rec.fingerprint.version(), FINGERPRINT_VERSION);
     assert_eq!(rec.fingerprint, request(r#"{"amount":100}"#).fingerprint);
-    // The same JSON with whitespace and key order changed (case S4) replays on the cold store.
+    // The same JSON with whitespace and key order changed replays on the cold store
+    // (docs/DESIGN.md, "Serializer differences").
     match b.claim(request(r#"{ "amount" : 100 }"#)).await.unwrap() {
         ClaimOutcome::Replay { response, .. } => {
             assert_eq!(response, tricky_response());

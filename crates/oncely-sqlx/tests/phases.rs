@@ -718,7 +718,8 @@ async fn single_phase_commits_and_replays<S: Db>() {
     assert_eq!(retry.exact_len, first.exact_len);
     assert_eq!(h.app.executions.load(Ordering::SeqCst), 1);
     assert_eq!(h.app.store.rows(&k).await, 1);
-    // A different request with the same key is a mismatch, never a replay (case S3).
+    // A different request with the same key is a mismatch, never a replay (docs/DESIGN.md,
+    // "Validation skipped on one path").
     let mut other = request("/single", &k, &[]);
     *other.body_mut() = Body::from("order 2");
     assert_eq!(send(&h.router, other).await.status, 422);

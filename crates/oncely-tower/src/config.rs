@@ -81,7 +81,8 @@ where
 /// Records are unique on `(scope, key)`, so the scope must come from the server's own
 /// authentication (a session, a verified token), never from a client-supplied field. When it
 /// returns `None`, the layer answers `401 idempotency_scope_missing` and nothing runs: there is
-/// no global default scope, since one would let two tenants' keys collide (case S9).
+/// no global default scope, since one would let two tenants' keys collide (docs/DESIGN.md,
+/// "Keys shared across tenants").
 ///
 /// Any `Fn(&Parts) -> Option<Scope>` closure is an extractor.
 pub trait ScopeExtractor: Send + Sync + 'static {

@@ -1,5 +1,6 @@
-//! The concurrency gate (issue 2 acceptance): 200 concurrent identical requests with one key,
-//! through a real axum server on a real TCP listener, against a real store. The handler's side
+//! The concurrency gate (docs/DESIGN.md, "Near-simultaneous duplicates"): 200 concurrent
+//! identical requests with one key, through a real axum server on a real TCP listener, against
+//! a real store. The handler's side
 //! effect (a per-key counter) must happen once; every other response must be either
 //! `409 idempotency_request_in_flight` with `Retry-After`, or a byte-identical replay of the
 //! first response (status, body, and every header other than `Date`, plus

@@ -152,11 +152,12 @@ async fn reordered_and_reformatted_json_replays() {
     assert_eq!(arrays.code(), "idempotency_key_mismatch");
 }
 
-/// The correctness hole of issue 12: `{"amount":1,"amount":5000}` and `{"amount":5000}` used to
-/// share a fingerprint (the tree kept the last value), so a retry whose body a first-wins parser
-/// reads as amount 1 was handed the stored response of the amount-5000 request. A body with a
-/// repeated member name is now refused with its own 400 before any claim, for either value,
-/// and never replays; nothing in the store changes.
+/// The correctness hole closed by docs/DESIGN.md, "JSON bodies and the I-JSON rule":
+/// `{"amount":1,"amount":5000}` and `{"amount":5000}` used to share a fingerprint (the tree kept
+/// the last value), so a retry whose body a first-wins parser reads as amount 1 was handed the
+/// stored response of the amount-5000 request. A body with a repeated member name is now refused
+/// with its own 400 before any claim, for either value, and never replays; nothing in the store
+/// changes.
 #[tokio::test]
 async fn duplicate_member_names_are_400_before_any_claim_and_never_a_replay() {
     let (app, calls, store, layer) = setup();

@@ -202,7 +202,8 @@ pub enum Decision {
 }
 
 /// The key state machine's claim rule, shared by every backend so that no path skips a check
-/// (case S3: the path that finds an existing record must compare fingerprints too).
+/// (the path that finds an existing record must compare fingerprints too; docs/DESIGN.md,
+/// "Validation skipped on one path").
 ///
 /// | existing record | same fingerprint | different fingerprint |
 /// |---|---|---|
@@ -280,7 +281,8 @@ pub fn decide(existing: Option<&Record>, req: &ClaimRequest, now: UnixMillis) ->
     }
 }
 
-/// The lease in milliseconds, never zero (case S1: an unknown or zero budget is not "no lease").
+/// The lease in milliseconds, never zero (an unknown or zero budget is not "no lease";
+/// docs/DESIGN.md, "Crashed owner").
 pub fn lease_millis(lease: Duration) -> i64 {
     crate::clock::duration_millis(lease).max(1)
 }
