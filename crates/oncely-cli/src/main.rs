@@ -128,7 +128,9 @@ struct LimitArgs {
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
     /// Seconds running requests may finish after SIGTERM; those still running then are
-    /// suspended at their recovery points so their retries resume at once.
+    /// suspended at their recovery points so their retries resume at once, except a request
+    /// inside an outside call: it keeps its lease until the call returns (at most the
+    /// processor timeout plus 2 seconds), and stops at its next recovery point.
     #[arg(long, default_value_t = 20)]
     shutdown_grace_secs: u64,
 }

@@ -12,6 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// The timeout of every call to the card processor and the mailer (10 seconds).
+pub const PROCESSOR_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a graceful shutdown waits for a request inside an outside call: the call's
+/// timeout, plus 2 seconds for the request to record its result at its next recovery point
+/// (`docs/DESIGN.md`, "Operating the server").
+pub const OUTSIDE_CALL_WAIT: Duration = PROCESSOR_TIMEOUT.saturating_add(Duration::from_secs(2));
+
 /// The server's shared state.
 #[derive(Clone)]
 pub struct App {
@@ -69,7 +77,7 @@ impl App {
                 store: opened.store.clone(),
                 db: opened.db.clone(),
                 http: reqwest::Client::builder()
-                    .timeout(Duration::from_secs(10))
+                    .timeout(PROCESSOR_TIMEOUT)
                     .build()?,
                 processor_url: processor_url.trim_end_matches('/').to_owned(),
                 crash_after,

@@ -84,7 +84,8 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
         cfg.crash_after.clone(),
         cfg.policy.clone(),
         layer.metrics(),
-        (!cfg.idempotency_off).then(|| layer.drain()),
+        (!cfg.idempotency_off)
+            .then(|| layer.drain().with_outside_call_wait(app::OUTSIDE_CALL_WAIT)),
     )?;
     let verify = oncely_tower::StandardWebhooksLayer::new()
         .with_sender(
