@@ -181,6 +181,10 @@ enum Command {
         /// started in this process.
         #[arg(long)]
         processor_url: Option<String>,
+        /// The timeout of every call to the card processor and the mailer, in milliseconds;
+        /// a graceful shutdown waits this long plus 2 seconds for a request inside such a call.
+        #[arg(long, default_value_t = 10_000)]
+        processor_timeout_ms: u64,
         /// Where business data goes with the memory or Redis key store (embedded SQLite).
         #[arg(long)]
         business_db: Option<String>,
@@ -436,6 +440,7 @@ async fn run(cli: Cli) -> Result<bool> {
             addr,
             store,
             processor_url,
+            processor_timeout_ms,
             business_db,
             crash_after,
             completer_grace_ms,
@@ -461,6 +466,7 @@ async fn run(cli: Cli) -> Result<bool> {
             let cfg = ServeConfig {
                 store,
                 processor_url,
+                processor_timeout: Duration::from_millis(processor_timeout_ms.max(1)),
                 crash_after,
                 policy: policy.policy(),
                 business_path: business_db,

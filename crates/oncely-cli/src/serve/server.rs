@@ -28,8 +28,8 @@
 //! over, the requests still running are suspended at their recovery points (their leases cut
 //! short), so their retries resume at once rather than wait for the lease. A request inside an
 //! outside call (a charge, an e-mail) is not: it keeps its lease while the call runs, and the
-//! drain waits for it ([`app::OUTSIDE_CALL_WAIT`](super::app::OUTSIDE_CALL_WAIT): the processor
-//! timeout plus 2 seconds) until it records the call's result and stops at its next recovery
+//! drain waits for it ([`app::outside_call_wait`](super::app::outside_call_wait): the
+//! processor timeout, `--processor-timeout-ms`, plus 2 seconds) until it records the call's result and stops at its next recovery
 //! point; past that wait the process exits with the lease held, so the key is taken over only
 //! once the lease lapses, never while the call may still land. Then the process exits 0.
 
