@@ -128,7 +128,9 @@ struct LimitArgs {
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
     /// Seconds running requests may finish after SIGTERM; those still running then are
-    /// suspended at their recovery points so their retries resume at once.
+    /// suspended at their recovery points so their retries resume at once, except a request
+    /// inside an outside call: it keeps its lease until the call returns (at most the
+    /// processor timeout plus 2 seconds), and stops at its next recovery point.
     #[arg(long, default_value_t = 20)]
     shutdown_grace_secs: u64,
 }
@@ -183,6 +185,10 @@ enum Command {
         /// started in this process.
         #[arg(long)]
         processor_url: Option<String>,
+        /// The timeout of every call to the card processor and the mailer, in milliseconds;
+        /// a graceful shutdown waits this long plus 2 seconds for a request inside such a call.
+        #[arg(long, default_value_t = 10_000)]
+        processor_timeout_ms: u64,
         /// Where business data goes with the memory or Redis key store (embedded SQLite).
         #[arg(long)]
         business_db: Option<String>,
@@ -439,6 +445,7 @@ async fn run(cli: Cli) -> Result<bool> {
             addr,
             store,
             processor_url,
+            processor_timeout_ms,
             business_db,
             crash_after,
             completer_grace_ms,
@@ -464,6 +471,7 @@ async fn run(cli: Cli) -> Result<bool> {
             let cfg = ServeConfig {
                 store,
                 processor_url,
+                processor_timeout: Duration::from_millis(processor_timeout_ms.max(1)),
                 crash_after,
                 policy: policy.policy(),
                 business_path: business_db,

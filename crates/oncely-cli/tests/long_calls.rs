@@ -24,8 +24,8 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-async fn pay(url: &str, key: &str) -> (u16, bool, String) {
-    let r = reqwest::Client::new()
+async fn post_pay(url: &str, key: &str) -> reqwest::Result<reqwest::Response> {
+    reqwest::Client::new()
         .post(format!("{url}/v1/payments"))
         .bearer_auth("acct_slow")
         .header("idempotency-key", key)
@@ -33,7 +33,10 @@ async fn pay(url: &str, key: &str) -> (u16, bool, String) {
         .body(PAY)
         .send()
         .await
-        .expect("POST /v1/payments");
+}
+
+async fn pay(url: &str, key: &str) -> (u16, bool, String) {
+    let r = post_pay(url, key).await.expect("POST /v1/payments");
     let status = r.status().as_u16();
     let replayed = r.headers().contains_key("idempotent-replayed");
     (status, replayed, r.text().await.unwrap())
@@ -185,4 +188,83 @@ fn slow_outside_calls_keep_the_lease_on_a_redis_cluster() {
         return;
     };
     run(&url);
+}
+
+/// Two `oncely serve` on one PostgreSQL database, and a charge that takes 6 s. Server `a`
+/// (`--shutdown-grace-secs 1`) gets the payment and a SIGTERM 3 s into the charge; duplicates
+/// go to server `b` every 300 ms. `a` does not hand the key over while its charge runs: it
+/// keeps the lease until the charge returns, records it, and stops at that recovery point;
+/// `b`'s retry then resumes after the charge. The processor sees the charge called once.
+#[test]
+fn a_shutdown_during_a_charge_does_not_hand_the_key_over_on_postgres() {
+    let Ok(store) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: ONCELY_TEST_POSTGRES_URL is unset");
+        return;
+    };
+    let processor = start(&["processor", "--charge-delay-ms", "6000"]);
+    let serve = |grace: &str| {
+        start(&[
+            "serve",
+            "--store",
+            &store,
+            "--processor-url",
+            &processor.url,
+            "--shutdown-grace-secs",
+            grace,
+            "--no-completer",
+        ])
+    };
+    let (mut a, b) = (serve("1"), serve("20"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let key = format!("term-{}", uuid::Uuid::new_v4().simple());
+        let first = {
+            let (url, key) = (a.url.clone(), key.clone());
+            tokio::spawn(async move { post_pay(&url, &key).await.map(|r| r.status().as_u16()) })
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let term = std::process::Command::new("kill")
+            .args(["-TERM", &a.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let mut answers = Vec::new();
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let got = pay(&b.url, &key).await;
+            let done = got.0 == 201;
+            answers.push(got);
+            if done || answers.len() > 200 {
+                break;
+            }
+        }
+        assert_eq!(
+            ledger(&processor.url, "charges", &key).await,
+            (1, 1),
+            "the charge was called once"
+        );
+        // `a` answered its request 503 (stopped at its recovery point), or exited before the
+        // answer reached the client, which then retries.
+        if let Ok(status) = first.await.unwrap() {
+            assert_eq!(status, 503, "the first request on the stopping server");
+        }
+        let (last, before) = answers.split_last().unwrap();
+        assert_eq!(last.0, 201, "{}", last.2);
+        assert!(before.len() >= 5, "{} duplicates", before.len());
+        for (s, _, body) in before {
+            assert!(
+                *s == 409 && body.contains("idempotency_request_in_flight"),
+                "a duplicate got {s} {body}"
+            );
+        }
+        assert_eq!(ledger(&processor.url, "emails", &key).await, (1, 1));
+    });
+    let exited = (0..100).find_map(|_| {
+        let s = a.child.try_wait().unwrap();
+        if s.is_none() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s
+    });
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
 }

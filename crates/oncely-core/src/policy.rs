@@ -58,9 +58,12 @@ impl InFlightBehavior {
 ///   starts from `t`, halved when the request already committed a phase (`has_recovery_point`:
 ///   it is part-way through);
 /// - `lease_remaining_ms`: when the lease lapses unless renewed; a retry later than that could
-///   take over a dead request, so the answer never exceeds it (rounded up);
-/// - the result is at least `floor_secs` (the policy's `retry_after_secs`, at least 1 second)
-///   and at most [`MAX_IN_FLIGHT_RETRY_AFTER_SECS`].
+///   take over a dead request, so the answer never exceeds it (rounded down to whole seconds:
+///   1.5 seconds of lease left answer 1, not 2);
+/// - the result is at least `floor_secs` (the policy's `retry_after_secs`, at least 1 second,
+///   the least a `Retry-After` in whole seconds can say: a lease under 2 seconds gets 1, the
+///   one case where the answer may pass the lease) and at most
+///   [`MAX_IN_FLIGHT_RETRY_AFTER_SECS`].
 pub fn in_flight_retry_after_secs(
     elapsed_ms: i64,
     lease_remaining_ms: i64,
@@ -75,7 +78,7 @@ pub fn in_flight_retry_after_secs(
     }
     .max(0);
     let expected = (expected_ms as u64).div_ceil(1000);
-    let lease = (lease_remaining_ms.max(0) as u64).div_ceil(1000);
+    let lease = lease_remaining_ms.max(0) as u64 / 1000;
     expected
         .min(lease)
         .clamp(floor, MAX_IN_FLIGHT_RETRY_AFTER_SECS.max(floor))
@@ -500,8 +503,12 @@ mod tests {
         assert_eq!(in_flight_retry_after_secs(8_000, 29_000, false, 1), 8);
         // Part-way (a phase committed): half of it.
         assert_eq!(in_flight_retry_after_secs(8_000, 29_000, true, 1), 4);
-        // Never past the lease (a dead owner can be taken over then).
-        assert_eq!(in_flight_retry_after_secs(20_000, 2_500, false, 1), 3);
+        // Never past the lease (a dead owner can be taken over then): rounded down.
+        assert_eq!(in_flight_retry_after_secs(20_000, 2_500, false, 1), 2);
+        // A 1.5 s lease: 1 s, not 2 (past the lease).
+        assert_eq!(in_flight_retry_after_secs(3_000, 1_500, false, 1), 1);
+        // Under a second of lease left: 1, the least whole seconds can say.
+        assert_eq!(in_flight_retry_after_secs(3_000, 400, false, 1), 1);
         // Bounded above, and never below the floor nor 1 second.
         assert_eq!(in_flight_retry_after_secs(600_000, 600_000, false, 1), 30);
         assert_eq!(in_flight_retry_after_secs(0, 0, false, 0), 1);

@@ -67,7 +67,13 @@ impl<S: SqlStore> Between<S> {
     /// system that honours keys.
     ///
     /// The check answers at once while the layer's heartbeat keeps the lease (no store call);
-    /// if the heartbeat fell behind, it renews the lease first (one store call).
+    /// if the heartbeat fell behind, it renews the lease first (one store call). While `call`
+    /// runs, a graceful shutdown of the server ([`oncely_tower::Drain::abandon`]) does not
+    /// suspend the request: it keeps the lease renewed and waits for the call to return (at
+    /// most [`oncely_tower::Drain::with_outside_call_wait`]), refuses the request's next
+    /// outside call, and lets the layer suspend it at the recovery point the next phase
+    /// records; past that bound the lease is left to lapse, never cut while the call may still
+    /// land.
     ///
     /// # Errors
     ///
@@ -75,7 +81,8 @@ impl<S: SqlStore> Between<S> {
     /// is not made, and the request must stop (return the error: it answers
     /// `409 idempotency_request_in_flight`). [`TxError::Store`] when the lease may have lapsed
     /// and the store did not answer a renewal in time: `call` is not made either, and the
-    /// request is suspended at its recovery point for a retry to resume.
+    /// request is suspended at its recovery point for a retry to resume; the same once the
+    /// server began suspending its running requests for a shutdown.
     pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, TxError>
     where
         F: FnOnce() -> Fut,
@@ -85,7 +92,7 @@ impl<S: SqlStore> Between<S> {
             if claim.is_completed() {
                 return Err(TxError::AlreadyCompleted);
             }
-            claim.ensure_held().await?;
+            return Ok(claim.outside_call(call).await?);
         }
         Ok(call().await)
     }

@@ -531,3 +531,92 @@ fn a_phase_that_lost_its_lease_makes_no_outside_call() {
     );
     assert_eq!(outside.count("charge"), 1, "the charge was made once");
 }
+
+// ---- a graceful shutdown during an outside call ----------------------------------------------
+
+/// Server `a` (its store `a`) shuts down 500 ms into a request whose charge takes three leases,
+/// with a shutdown grace of 300 ms; server `b` (another process: its own store on the same
+/// database) gets a duplicate every [`DUPLICATE_EVERY`] until one is answered `201`. The drain
+/// does not suspend the request while its charge runs (it keeps the lease, and `b`'s duplicates
+/// are answered in flight); once the charge returned and the next phase recorded it, the next
+/// outside call (the e-mail) is refused and the request suspended there, and `b`'s retry
+/// resumes after the charge. The charge is made once.
+async fn drain_during_an_outside_call<S: SqlStore>(a: S, b: S) {
+    let outside = Arc::new(Outside::default());
+    let policy = Policy::default()
+        .with_lease(LEASE)
+        .with_heartbeat(HEARTBEAT);
+    let router = |store: S| {
+        let layer = oncely_sqlx::layer(store, policy.clone());
+        let drain = layer.drain();
+        let router = Router::new()
+            .route("/between", post(between_phases::<S>))
+            .with_state(Arc::clone(&outside))
+            .layer(layer)
+            .layer(middleware::from_fn(authenticate));
+        (router, drain)
+    };
+    let ((a, drain), (b, _)) = (router(a), router(b));
+    let key = format!("drain-{}", uuid::Uuid::new_v4().simple());
+    let first = {
+        let key = key.clone();
+        tokio::spawn(async move { send(&a, request("/between", &key)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drain.start();
+    let abandoned = tokio::spawn(async move {
+        if tokio::time::timeout(Duration::from_millis(300), drain.idle())
+            .await
+            .is_err()
+        {
+            drain.abandon().await
+        } else {
+            0
+        }
+    });
+    let mut answers = Vec::new();
+    loop {
+        tokio::time::sleep(DUPLICATE_EVERY).await;
+        let got = send(&b, request("/between", &key)).await;
+        let done = got.status == 201;
+        answers.push(got);
+        if done || answers.len() > 200 {
+            break;
+        }
+    }
+    let first = first.await.unwrap();
+    let suspended = abandoned.await.unwrap();
+    assert_eq!(outside.count("charge"), 1, "the charge was made once");
+    assert_eq!(outside.count("email"), 1, "the e-mail was sent once");
+    assert_eq!(suspended, 1, "suspended after its charge");
+    assert_eq!(first.status, 503, "{}", first.body);
+    assert!(first.body.contains("request_suspended"), "{}", first.body);
+    let (last, before) = answers.split_last().unwrap();
+    assert_eq!(last.status, 201, "{}", last.body);
+    assert!(before.len() >= 10, "{} duplicates", before.len());
+    for d in before {
+        assert!(
+            d.status == 409 && d.body.contains("idempotency_request_in_flight"),
+            "a duplicate got {} {}",
+            d.status,
+            d.body
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_an_outside_call_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("drain.sqlite3").display());
+    let a = oncely_sqlite::SqliteStore::connect(&url).await.unwrap();
+    a.migrate().await.unwrap();
+    let b = oncely_sqlite::SqliteStore::connect(&url).await.unwrap();
+    drain_during_an_outside_call(a, b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_an_outside_call_on_postgres() {
+    let Some(a) = postgres().await else { return };
+    let Some(b) = postgres().await else { return };
+    drain_during_an_outside_call(a, b).await;
+}

@@ -15,8 +15,11 @@
 //!     // A multi-step request records each committed step (and resumes from it on a
 //!     // takeover).
 //!     if ctx.resume_from::<String>().ok().flatten().as_deref() != Some("charged") {
-//!         ctx.ensure_lease().await.expect("still the owner"); // before every outside call
-//!         // ... call the card processor with a key derived from ours ...
+//!         // Every outside call through the context: it checks the claim first, and a
+//!         // graceful shutdown waits for it.
+//!         ctx.call(|| async { /* the card processor, with a key derived from ours */ })
+//!             .await
+//!             .expect("still the owner");
 //!         ctx.checkpoint(&"charged").await.expect("still the owner");
 //!     }
 //!     (StatusCode::CREATED, "paid").into_response()
@@ -135,19 +138,41 @@ impl IdempotencyContext {
         Ok(())
     }
 
+    /// Makes one call to a system outside the key store (a card processor, a mailer) as this
+    /// request, with no database transaction of the request open: checks that the request
+    /// still holds its claim (as [`IdempotencyContext::ensure_lease`]), then runs `call` and
+    /// returns its output. A graceful shutdown of the server never suspends the request while
+    /// `call` runs ([`Drain::abandon`](crate::Drain::abandon) waits for it, keeping its lease,
+    /// and past its bound leaves the lease to lapse rather than hand the key over while the
+    /// call may still land). Derive the key the call carries from ours, so that a system that
+    /// honours keys collapses a repeat.
+    ///
+    /// # Errors
+    ///
+    /// As [`IdempotencyContext::ensure_lease`]; `call` is then not made.
+    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        self.claim.outside_call(call).await
+    }
+
     /// Makes sure this request still holds its claim before an outside call (see
     /// [`ClaimState::ensure_held`]): call it right before every call to a system outside the
     /// key store (a card processor, a mailer), with no database transaction of the request
     /// open. It answers at once while the heartbeat keeps the lease; if the heartbeat fell
     /// behind (a blocked runtime thread, a slow or failing store), it renews the lease first.
+    /// A graceful shutdown cannot see a call made after this check, and may hand the key over
+    /// while it runs: prefer [`IdempotencyContext::call`], which it waits for.
     ///
     /// # Errors
     ///
     /// [`StoreError::Fenced`] when another request took the key over (its lease lapsed): make
     /// no outside call and stop; the other request owns the work now. [`StoreError::Unavailable`]
-    /// when the lease may have lapsed and the store did not answer a renewal in time: stop
-    /// too, and answer with a retryable error (the record stays in flight at its recovery
-    /// point, and a retry resumes it).
+    /// when the lease may have lapsed and the store did not answer a renewal in time, or the
+    /// server is shutting down: stop too, and answer with a retryable error (the record stays
+    /// in flight at its recovery point, and a retry resumes it).
     pub async fn ensure_lease(&self) -> Result<(), StoreError> {
         self.claim.ensure_held().await
     }

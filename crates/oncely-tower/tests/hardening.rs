@@ -387,3 +387,198 @@ async fn a_heartbeat_read_that_never_answers_cannot_hold_the_response() {
     .expect("the response came");
     assert_eq!(res.status, StatusCode::CREATED);
 }
+
+/// The outside systems of [`charging_routes`]: how many charges and e-mails were sent.
+#[derive(Default)]
+struct Ledger {
+    charges: AtomicUsize,
+    emails: AtomicUsize,
+}
+
+/// A two-step payment through `IdempotencyContext::call`: a charge that takes `charge`, a
+/// recovery point, then an e-mail. A refused call suspends the request at its recovery point.
+fn charging_routes(ledger: Arc<Ledger>, charge: Duration) -> Router {
+    use axum::{Extension, response::IntoResponse};
+    use oncely_tower::HandlerOutcome;
+    let suspended = || {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Extension(HandlerOutcome::Suspended),
+            "suspended",
+        )
+            .into_response()
+    };
+    Router::new().route(
+        "/v1/payments",
+        post(move |ctx: IdempotencyContext| {
+            let ledger = ledger.clone();
+            async move {
+                let step: Option<String> = ctx.resume_from().unwrap();
+                if step.as_deref() != Some("charged") {
+                    let charged = ctx
+                        .call(|| async {
+                            ledger.charges.fetch_add(1, Ordering::SeqCst);
+                            sleep(charge).await;
+                        })
+                        .await;
+                    if charged.is_err() {
+                        return suspended();
+                    }
+                    if ctx.checkpoint(&"charged").await.is_err() {
+                        // Fenced: another request took the key over.
+                        return StatusCode::CONFLICT.into_response();
+                    }
+                }
+                let sent = ctx
+                    .call(|| async {
+                        ledger.emails.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .await;
+                if sent.is_err() {
+                    return suspended();
+                }
+                (StatusCode::CREATED, "paid").into_response()
+            }
+        }),
+    )
+}
+
+/// Two instances (`a`, drained, and `b`) on one store; a payment on `a` whose charge takes 10
+/// s; `a` drains with a shutdown grace of 1 s, 1 s in, and abandons with `wait` for outside
+/// calls, while duplicates go to `b` every 500 ms until one is answered `201`. Returns what
+/// `abandon` returned, `a`'s answer, every answer of `b`, and the ledger.
+async fn drain_during_a_charge(wait: Duration) -> (usize, Got, Vec<Got>, Arc<Ledger>) {
+    let clock = TokioClock::new();
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock)));
+    let ledger = Arc::new(Ledger::default());
+    let charge = Duration::from_secs(10);
+    let a = layer(store.clone(), clock, InFlightBehavior::Reject);
+    let drain = a.drain().with_outside_call_wait(wait);
+    let a = app(a, charging_routes(ledger.clone(), charge));
+    let b = app(
+        layer(store.clone(), clock, InFlightBehavior::Reject),
+        charging_routes(ledger.clone(), charge),
+    );
+    let req = || post_req("/v1/payments", "acct", Some("pay-1"), BODY);
+    let first = {
+        let a = a.clone();
+        tokio::spawn(async move { send(&a, req()).await })
+    };
+    sleep(Duration::from_secs(1)).await;
+    drain.start();
+    let abandoned = tokio::spawn(async move {
+        if tokio::time::timeout(Duration::from_secs(1), drain.idle())
+            .await
+            .is_err()
+        {
+            drain.abandon().await
+        } else {
+            0
+        }
+    });
+    let mut answers = Vec::new();
+    loop {
+        sleep(Duration::from_millis(500)).await;
+        let got = send(&b, req()).await;
+        let done = got.status == StatusCode::CREATED;
+        answers.push(got);
+        if done || answers.len() > 200 {
+            break;
+        }
+    }
+    let first = first.await.unwrap();
+    (abandoned.await.unwrap(), first, answers, ledger)
+}
+
+/// Every duplicate was answered in flight until the last, the retry that resumed and finished.
+fn in_flight_then_resumed(answers: &[Got]) {
+    let (last, before) = answers.split_last().unwrap();
+    assert_eq!(
+        last.status,
+        StatusCode::CREATED,
+        "the retry resumed and finished"
+    );
+    assert!(before.len() >= 15, "{} duplicates", before.len());
+    for d in before {
+        assert_eq!(d.code(), "idempotency_request_in_flight", "{d:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_waits_for_an_outside_call_and_suspends_at_the_next_recovery_point() {
+    let (suspended, first, answers, ledger) = drain_during_a_charge(Duration::from_secs(30)).await;
+    assert_eq!(
+        ledger.charges.load(Ordering::SeqCst),
+        1,
+        "the card was charged once"
+    );
+    // The drain waited for the charge (10 s, past the 1 s grace), then the request recorded
+    // it and stopped before the e-mail: suspended there, not in the middle of the charge.
+    assert_eq!(suspended, 1);
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE, "{first:?}");
+    in_flight_then_resumed(&answers);
+    assert_eq!(ledger.emails.load(Ordering::SeqCst), 1, "one receipt");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_that_cannot_wait_for_an_outside_call_keeps_its_lease() {
+    // The drain gives up 3 s in, the charge still running: it does not cut the lease, so no
+    // duplicate takes the key over while the charge may still land.
+    let (suspended, first, answers, ledger) = drain_during_a_charge(Duration::from_secs(3)).await;
+    assert_eq!(
+        ledger.charges.load(Ordering::SeqCst),
+        1,
+        "the card was charged once"
+    );
+    assert_eq!(suspended, 0);
+    in_flight_then_resumed(&answers);
+    // Here the process lives on: the request stopped at its next recovery point itself.
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE, "{first:?}");
+    assert_eq!(ledger.emails.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_suspended_by_a_drain_makes_no_further_outside_call() {
+    // Not inside an outside call when the drain abandons it (it works for 5 s first): it is
+    // suspended at once, and its charge, due after that, is refused.
+    let clock = TokioClock::new();
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock)));
+    let charges = Arc::new(AtomicUsize::new(0));
+    let l = layer(store.clone(), clock, InFlightBehavior::Reject);
+    let drain = l.drain();
+    let routes = {
+        let charges = charges.clone();
+        Router::new().route(
+            "/v1/payments",
+            post(move |ctx: IdempotencyContext| {
+                let charges = charges.clone();
+                async move {
+                    sleep(Duration::from_secs(5)).await;
+                    let charged = ctx
+                        .call(|| async {
+                            charges.fetch_add(1, Ordering::SeqCst);
+                        })
+                        .await;
+                    match charged {
+                        Ok(()) => StatusCode::CREATED,
+                        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+                    }
+                }
+            }),
+        )
+    };
+    let a = app(l, routes);
+    let first = tokio::spawn(async move {
+        send(&a, post_req("/v1/payments", "acct", Some("late"), BODY)).await
+    });
+    sleep(Duration::from_secs(1)).await;
+    drain.start();
+    assert_eq!(drain.abandon().await, 1);
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        0,
+        "no charge after the suspension"
+    );
+}

@@ -12,6 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+/// How long a graceful shutdown waits for a request inside an outside call whose timeout is
+/// `processor_timeout` (`--processor-timeout-ms`): that timeout, plus 2 seconds for the
+/// request to record its result at its next recovery point (`docs/DESIGN.md`, "Operating the
+/// server").
+pub fn outside_call_wait(processor_timeout: Duration) -> Duration {
+    processor_timeout.saturating_add(Duration::from_secs(2))
+}
+
 /// The server's shared state.
 #[derive(Clone)]
 pub struct App {
@@ -59,6 +67,7 @@ impl App {
     pub fn new(
         opened: &Opened,
         processor_url: &str,
+        processor_timeout: Duration,
         crash_after: Option<String>,
         policy: Policy,
         metrics: Arc<Metrics>,
@@ -69,7 +78,7 @@ impl App {
                 store: opened.store.clone(),
                 db: opened.db.clone(),
                 http: reqwest::Client::builder()
-                    .timeout(Duration::from_secs(10))
+                    .timeout(processor_timeout)
                     .build()?,
                 processor_url: processor_url.trim_end_matches('/').to_owned(),
                 crash_after,

@@ -50,6 +50,8 @@ pub struct ServeConfig {
     pub store: StoreUrl,
     /// The processor's base URL.
     pub processor_url: String,
+    /// The timeout of every outside call (`--processor-timeout-ms`, default 10 seconds).
+    pub processor_timeout: Duration,
     /// Abort the process right after this recovery point commits (testing only).
     pub crash_after: Option<String>,
     /// The idempotency policy.
@@ -81,10 +83,15 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
     let app = App::new(
         &opened,
         &cfg.processor_url,
+        cfg.processor_timeout,
         cfg.crash_after.clone(),
         cfg.policy.clone(),
         layer.metrics(),
-        (!cfg.idempotency_off).then(|| layer.drain()),
+        (!cfg.idempotency_off).then(|| {
+            layer
+                .drain()
+                .with_outside_call_wait(app::outside_call_wait(cfg.processor_timeout))
+        }),
     )?;
     let verify = oncely_tower::StandardWebhooksLayer::new()
         .with_sender(

@@ -9,7 +9,7 @@
 //! | `--body-read-timeout-secs` | 30 s | the wait for each next piece of a request body | tower-http `RequestBodyTimeoutLayer` |
 //! | `--idle-timeout-secs` | 60 s | a connection with no request running; closed gracefully (hyper's `graceful_shutdown`) | this loop |
 //! | `--max-connections` | 1024, and at most the open-file limit minus 64 | open connections; further clients wait in the listen backlog until one closes | a semaphore around `accept` |
-//! | `--shutdown-grace-secs` | 20 s | how long running requests may finish after SIGTERM | [`Drain`] |
+//! | `--shutdown-grace-secs` | 20 s | how long running requests may finish after SIGTERM (then a request inside an outside call gets up to the processor timeout plus 2 s more) | [`Drain`] |
 //!
 //! hyper's header-read timer also runs while a kept-alive connection waits for its next
 //! request, so an idle connection is closed after the shorter of the two timeouts. A half-sent
@@ -26,8 +26,12 @@
 //! requests that arrive meanwhile are answered `503 server_shutting_down` before any claim;
 //! a request claimed but whose handler had not started releases its key. When the grace is
 //! over, the requests still running are suspended at their recovery points (their leases cut
-//! short), so their retries resume at once rather than wait for the lease. Then the process
-//! exits 0.
+//! short), so their retries resume at once rather than wait for the lease. A request inside an
+//! outside call (a charge, an e-mail) is not: it keeps its lease while the call runs, and the
+//! drain waits for it ([`app::outside_call_wait`](super::app::outside_call_wait): the
+//! processor timeout, `--processor-timeout-ms`, plus 2 seconds) until it records the call's result and stops at its next recovery
+//! point; past that wait the process exits with the lease held, so the key is taken over only
+//! once the lease lapses, never while the call may still land. Then the process exits 0.
 
 use anyhow::Result;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};

@@ -41,7 +41,7 @@ impl Heartbeat {
     pub(crate) fn start(config: &Arc<Config>, claim: Arc<LeaseBook>) -> Self {
         let (stop, mut stopped) = oneshot::channel::<()>();
         let config = Arc::clone(config);
-        let mut abandoned = config.drain.abandoned();
+        let mut suspended = claim.suspended();
         let task = tokio::spawn(
             async move {
                 let every = config.policy.heartbeat;
@@ -51,12 +51,13 @@ impl Heartbeat {
                     tokio::select! {
                         biased;
                         _ = &mut stopped => return,
-                        // The server is shutting down and suspends this claim: renewing it
-                        // would undo the suspension.
-                        _ = abandoned.wait_for(|a| *a) => return,
+                        // The server is shutting down and suspended this claim: renewing it
+                        // would undo the suspension. (A claim inside an outside call is not
+                        // suspended: it keeps its lease until the call returns.)
+                        _ = suspended.wait_for(|a| *a) => return,
                         () = tokio::time::sleep_until(due) => {}
                     }
-                    if *abandoned.borrow() {
+                    if claim.is_suspended() {
                         return;
                     }
                     if claim.is_completed() {
@@ -68,7 +69,7 @@ impl Heartbeat {
                     match timed(&config, config.store.renew(id, token, config.policy.lease)).await {
                         // The drain cut this lease short while the renewal was on its way: cut
                         // it again, so the renewal cannot undo the suspension.
-                        Ok(_) if *abandoned.borrow() => {
+                        Ok(_) if claim.is_suspended() => {
                             let cut = config.store.renew(id, token, Duration::ZERO);
                             let _ = timed(&config, cut).await;
                             return;

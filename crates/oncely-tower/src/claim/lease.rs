@@ -1,8 +1,10 @@
 //! [`LeaseBook`]: what is known of a claim's lease, written by its heartbeat and read before
-//! every outside call.
+//! every outside call; and the outside calls in flight, which a graceful shutdown waits for.
 
 use oncely_core::{FencingToken, RecordKey, UnixMillis};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
 
 /// The claim's lease as its heartbeat last learned it, and whether its record completed.
 #[derive(Debug)]
@@ -19,6 +21,26 @@ pub(crate) struct LeaseBook {
     lost: AtomicBool,
     /// Whether a transaction completed the record (nothing to renew any more).
     completed: AtomicBool,
+    /// The outside calls in flight, and whether a graceful shutdown closed the claim to new
+    /// ones (`docs/DESIGN.md`, "Operating the server").
+    calls: Mutex<Calls>,
+    /// `true` once a graceful shutdown cut this claim's lease short: its heartbeat stops.
+    suspended: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct Calls {
+    in_flight: usize,
+    closed: bool,
+}
+
+/// One outside call in flight, from [`LeaseBook::enter_call`] until dropped.
+pub(crate) struct InCall(Arc<LeaseBook>);
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        self.0.calls().in_flight -= 1;
+    }
 }
 
 impl LeaseBook {
@@ -29,7 +51,16 @@ impl LeaseBook {
             held_until: AtomicI64::new(held_until),
             lost: AtomicBool::new(false),
             completed: AtomicBool::new(false),
+            calls: Mutex::new(Calls::default()),
+            suspended: watch::Sender::new(false),
         }
+    }
+
+    fn calls(&self) -> MutexGuard<'_, Calls> {
+        // Plain counters, each update one statement: a panic cannot leave them half-written.
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn held_until(&self) -> UnixMillis {
@@ -58,5 +89,46 @@ impl LeaseBook {
 
     pub(crate) fn complete(&self) {
         self.completed.store(true, Ordering::Release);
+    }
+
+    /// An outside call begins, unless a graceful shutdown closed the claim (`None`).
+    pub(crate) fn enter_call(self: &Arc<Self>) -> Option<InCall> {
+        let mut calls = self.calls();
+        if calls.closed {
+            return None;
+        }
+        calls.in_flight += 1;
+        Some(InCall(Arc::clone(self)))
+    }
+
+    /// Whether a graceful shutdown closed the claim to new outside calls.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.calls().closed
+    }
+
+    /// Closes the claim to new outside calls (a graceful shutdown); whether none is in flight.
+    pub(crate) fn close(&self) -> bool {
+        let mut calls = self.calls();
+        calls.closed = true;
+        calls.in_flight == 0
+    }
+
+    /// How many outside calls are in flight.
+    pub(crate) fn calls_in_flight(&self) -> usize {
+        self.calls().in_flight
+    }
+
+    /// A graceful shutdown cut the lease short: the heartbeat stops renewing it.
+    pub(crate) fn suspend(&self) {
+        self.suspended.send_replace(true);
+    }
+
+    pub(crate) fn is_suspended(&self) -> bool {
+        *self.suspended.borrow()
+    }
+
+    /// A receiver that turns `true` when the lease is cut short by a graceful shutdown.
+    pub(crate) fn suspended(&self) -> watch::Receiver<bool> {
+        self.suspended.subscribe()
     }
 }

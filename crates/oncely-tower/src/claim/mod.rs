@@ -210,13 +210,49 @@ impl ClaimState {
     /// layer's store timeout). Call it with no transaction of the request open: on SQLite a
     /// renewal needs the database's write lock, which an open phase holds.
     ///
+    /// A graceful shutdown cannot see a call made after this check: make outside calls
+    /// through [`ClaimState::outside_call`] (or `oncely_sqlx::Between::call`), which the
+    /// shutdown waits for.
+    ///
     /// # Errors
     ///
     /// [`StoreError::Fenced`] when another request owns the key now (this request must stop
     /// and make no outside call); [`StoreError::Unavailable`] when the lease may have lapsed
     /// and the store could not renew it in time (stop too: the request is suspended and a
-    /// retry resumes it).
+    /// retry resumes it), and once a graceful shutdown began suspending the running requests
+    /// ([`Drain::abandon`](crate::Drain::abandon)): an outside call that started then could
+    /// still be running when the key is handed over.
     pub async fn ensure_held(&self) -> Result<(), StoreError> {
+        if self.book.is_closed() {
+            return Err(shutting_down());
+        }
+        self.check_held().await
+    }
+
+    /// Makes one outside call (a card processor, a mailer) as this request: checks that the
+    /// claim is still held ([`ClaimState::ensure_held`]), then runs `call` and returns its
+    /// output. While `call` runs, a graceful shutdown of the server does not suspend the
+    /// request nor cut its lease short: it waits for the call to return, at most its
+    /// documented bound ([`Drain::with_outside_call_wait`](crate::Drain::with_outside_call_wait)),
+    /// and past that bound leaves the lease to lapse instead of handing the key over while
+    /// the call may still land (`docs/DESIGN.md`, "Operating the server"). Call it with no
+    /// database transaction of the request open.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClaimState::ensure_held`]; `call` is then not made.
+    pub async fn outside_call<T, F, Fut>(self: &Arc<Self>, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let _in_call = self.book.enter_call().ok_or_else(shutting_down)?;
+        self.check_held().await?;
+        Ok(call().await)
+    }
+
+    /// [`ClaimState::ensure_held`] without the shutdown check.
+    async fn check_held(&self) -> Result<(), StoreError> {
         if self.is_lost() {
             return Err(StoreError::Fenced);
         }
@@ -338,7 +374,23 @@ impl ClaimState {
         drop(lock(&self.hold).take());
     }
 
+    /// The lease and the outside calls in flight, shared with the heartbeat and the drain.
+    pub(crate) fn book(&self) -> &Arc<LeaseBook> {
+        &self.book
+    }
+
     pub(crate) fn claimer(&self) -> ClaimerKind {
         self.claimer
     }
+}
+
+/// Why an outside call is refused once the server began suspending its running requests.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the server is shutting down and suspends this request at its recovery point: no new outside call"
+)]
+struct ShuttingDown;
+
+fn shutting_down() -> StoreError {
+    StoreError::unavailable(ShuttingDown)
 }

@@ -292,8 +292,8 @@ where
                 tracing::info!(scope = %id.scope, key = %id.key, token = claim.token.0, recovery_point = ?claim.recovery_point, "took over an in-flight key whose lease lapsed");
             }
             // Registered for a graceful shutdown until the handler's execution ends.
-            let running = config.drain.register(id.clone(), claim.token);
             let state = ClaimState::new(Arc::clone(&config), id, &claim, sent, hold);
+            let running = config.drain.register(Arc::clone(state.book()));
             parts.extensions.insert(execute::context(&state));
             let req = Request::from_parts(parts, full_body(body));
             // A client that disconnects or times out must not cancel a claimed handler in the
