@@ -39,9 +39,16 @@ struct PolicyArgs {
     /// How long records are kept before the reaper deletes them, in seconds (>= the window).
     #[arg(long, default_value_t = 259_200)]
     retention_secs: u64,
-    /// The lease of every claim, in milliseconds; renewed every third of it while a handler runs.
+    /// The lease of every claim, in milliseconds; renewed every third of it while a handler
+    /// runs, so a store stall or process pause up to about two-thirds of it is survived. At
+    /// least 1000 (choose it above the store's worst answer time plus a renewal interval);
+    /// shorter only with --allow-short-lease.
     #[arg(long, default_value_t = 30_000)]
     lease_ms: u64,
+    /// Accept a --lease-ms under 1000: a store stall or pause longer than two-thirds of it lets
+    /// a duplicate take a live request over.
+    #[arg(long)]
+    allow_short_lease: bool,
     /// Status profile for the error codes: ietf, stripe or resend.
     #[arg(long, default_value = "ietf")]
     profile: StatusProfile,
@@ -57,6 +64,23 @@ struct PolicyArgs {
 }
 
 impl PolicyArgs {
+    /// The least `--lease-ms` accepted without `--allow-short-lease`.
+    const SHORTEST_LEASE_MS: u64 = 1000;
+
+    /// Refuses a lease under a second unless asked to insist (`docs/DESIGN.md`, "Leases and
+    /// fencing tokens").
+    fn check_lease(&self) -> Result<()> {
+        if self.lease_ms < Self::SHORTEST_LEASE_MS && !self.allow_short_lease {
+            anyhow::bail!(
+                "--lease-ms {} is under {} ms: renewals run every third of the lease, so a store stall or process pause longer than about two-thirds of it ({} ms) would let a duplicate take a live request over; choose a lease above the store's worst answer time plus a renewal interval, or pass --allow-short-lease to insist",
+                self.lease_ms,
+                Self::SHORTEST_LEASE_MS,
+                self.lease_ms * 2 / 3
+            );
+        }
+        Ok(())
+    }
+
     fn policy(&self) -> Policy {
         let lease = Duration::from_millis(self.lease_ms);
         let in_flight = if self.in_flight_accepted {
@@ -458,6 +482,7 @@ async fn run(cli: Cli) -> Result<bool> {
             limits,
             policy,
         } => {
+            policy.check_lease()?;
             let processor_url = match processor_url {
                 Some(u) => u,
                 None => {

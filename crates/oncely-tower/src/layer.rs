@@ -113,6 +113,12 @@ impl IdempotencyLayer {
     /// window, a zero lease, a heartbeat not shorter than the lease).
     pub fn try_with_policy(mut self, policy: Policy) -> Result<Self, PolicyError> {
         policy.validate()?;
+        if policy.lease < Duration::from_secs(1) {
+            tracing::warn!(
+                lease_ms = policy.lease.as_millis() as u64,
+                "idempotency lease under 1 second: a store stall or process pause longer than about two-thirds of it lets a duplicate take a live request over (docs/DESIGN.md, \"Leases and fencing tokens\")"
+            );
+        }
         self.config.policy = policy;
         Ok(self)
     }
