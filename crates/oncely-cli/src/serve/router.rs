@@ -193,6 +193,7 @@ mod tests {
             store: db.to_str().unwrap().parse::<StoreUrl>().unwrap(),
             // Never called: no request here reaches a handler that calls out.
             processor_url: "http://127.0.0.1:9".to_owned(),
+            processor_timeout: std::time::Duration::from_secs(10),
             crash_after: None,
             policy: oncely_core::Policy::default(),
             business_path: None,
