@@ -6,7 +6,7 @@
 //! Checked for each: the lease seen in the store is always in the future while the request
 //! runs (except where a phase holds SQLite's one write lock, see below), every duplicate is
 //! answered in flight (none runs the handler), the record's fencing token never moves (no
-//! takeover), and each outside call is made exactly once.
+//! takeover), and each outside call is made once.
 //!
 //! Two handlers: the right shape (every outside call between two phases, with
 //! `Between::call`), and the wrong one (an outside call made inside an open phase). The

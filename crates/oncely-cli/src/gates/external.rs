@@ -21,7 +21,7 @@
 //! - exit status 0 once every call has been reported.
 //!
 //! The gate passes when every client exited 0 and reported each of its calls once, and the
-//! ledger shows every key charged exactly once (calls the SDK gave up on get one patient retry
+//! ledger shows every key charged once (calls the SDK gave up on get one patient retry
 //! with the same key by the gate, as in the Rust fleet run): zero duplicate side effects.
 
 use super::env::Env;
