@@ -175,7 +175,8 @@ impl SqliteStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             // No ping on every acquire (sqlx's default): a connection to a file in this
             // process cannot be cut off the way a network connection can, and the ping is a hop
-            // to the connection's worker thread and back on every transaction (issue 11).
+            // to the connection's worker thread and back on every transaction
+            // (docs/performance-history-2026-12.md, "round 2").
             .test_before_acquire(false)
             .idle_timeout(if memory {
                 None

@@ -6,7 +6,8 @@
 //! pending, that is every one. Each claim's store timeout (5 seconds by default) was thus a
 //! cross-thread wake-up of an idle worker: at concurrency 1, on PostgreSQL, it cost the layer
 //! 1.4 more `epoll_wait` and 1.3 more `recvfrom` calls and 0.6 more `eventfd` writes per
-//! request than the floor (strace, issue 11), and those went away without the timeout.
+//! request than the floor (strace; docs/performance-history-2026-12.md, "round 5"), and those went
+//! away without the timeout.
 //!
 //! With one timer always due within [`TimerKeeper::period`] (a task that sleeps in a loop), a
 //! store timeout due later than that (any of 20 milliseconds and up) never moves the driver's
