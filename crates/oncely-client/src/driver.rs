@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use http::{HeaderValue, StatusCode};
+use http::HeaderValue;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -18,7 +18,7 @@ use crate::budget::RetryBudget;
 use crate::classify::RetryReason;
 use crate::clock::{Clock, TokioClock};
 use crate::deadline::Deadline;
-use crate::error::{BoxError, RetryError, StopReason};
+use crate::error::{BoxError, LastAnswer, RetryError, StopReason};
 use crate::key::{IdempotencyKey, MakeIdempotencyKey, UuidV4Keys};
 use crate::metrics::{RetryMetrics, bump};
 use crate::policy::RetryPolicy;
@@ -73,25 +73,6 @@ macro_rules! core_methods {
     };
 }
 pub(crate) use core_methods;
-
-/// The last answer a call got from the server, for the error and the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LastAnswer {
-    /// An HTTP status.
-    Http(StatusCode),
-    /// A gRPC status code (`grpc-status`, 0 to 16).
-    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
-    Grpc(i32),
-}
-
-impl LastAnswer {
-    fn as_number(self) -> i64 {
-        match self {
-            Self::Http(s) => i64::from(s.as_u16()),
-            Self::Grpc(c) => i64::from(c),
-        }
-    }
-}
 
 /// What a retry's log line says about the attempt that failed.
 pub(crate) struct RetryLog<'a> {

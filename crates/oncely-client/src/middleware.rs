@@ -112,8 +112,8 @@ use crate::classify::{
 };
 use crate::clock::Clock;
 use crate::deadline::Deadline;
-use crate::driver::{Driver, LastAnswer, RetryLog};
-use crate::error::{BoxError, RetryError, StopReason};
+use crate::driver::{Driver, RetryLog};
+use crate::error::{BoxError, LastAnswer, RetryError, StopReason};
 use crate::key::{IDEMPOTENCY_KEY, check_key, needs_key};
 use crate::policy::RetryPolicy;
 use crate::retry_after::retry_after_from_headers;

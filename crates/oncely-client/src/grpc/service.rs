@@ -18,8 +18,8 @@ use super::classify::{classify_http, classify_status, is_server_failure, status_
 use super::timeout::{GRPC_TIMEOUT, format_grpc_timeout, parse_grpc_timeout};
 use crate::CallOptions;
 use crate::classify::{Phase, TransportFailure, Verdict, classify_transport};
-use crate::driver::{LastAnswer, RetryLog};
-use crate::error::{BoxError, RetryError, StopReason};
+use crate::driver::RetryLog;
+use crate::error::{BoxError, LastAnswer, RetryError, StopReason};
 use crate::key::{IDEMPOTENCY_KEY, check_key};
 use crate::retry_after::retry_after_from_headers;
 
