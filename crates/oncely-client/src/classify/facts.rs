@@ -30,10 +30,16 @@ pub enum TransportFailure {
     Other,
 }
 
-/// The fields of an RFC 9457 problem+json body that classification reads.
+/// The fields of an RFC 9457 problem+json body that classification reads: Oncely's `code` and
+/// `retryable` extensions, each absent (`None`) when the body lacks it.
+///
+/// A reader's view of any server's problem, not the problem itself: the one problem type the
+/// servers build and render is `oncely_core::Problem`, whose every member is required. This one
+/// parses a body from any server (Oncely's, or a Stripe-like API) that carries the two members
+/// or only one of them; every other member is ignored.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[non_exhaustive]
-pub struct Problem {
+pub struct ProblemFacts {
     /// The machine-readable `code` extension, such as `idempotency_request_in_flight`.
     #[serde(default)]
     pub code: Option<String>,
@@ -42,7 +48,7 @@ pub struct Problem {
     pub retryable: Option<bool>,
 }
 
-impl Problem {
+impl ProblemFacts {
     /// Parses a JSON body; `None` if it is not a JSON object.
     pub fn from_json(body: &[u8]) -> Option<Self> {
         serde_json::from_slice(body).ok()
@@ -58,7 +64,7 @@ pub struct ResponseFacts<'a> {
     /// Its headers (for `x-should-retry` and `Stripe-Should-Retry`).
     pub headers: &'a HeaderMap,
     /// Its problem+json body, when it had one and it was read.
-    pub problem: Option<&'a Problem>,
+    pub problem: Option<&'a ProblemFacts>,
 }
 
 impl<'a> ResponseFacts<'a> {
@@ -66,7 +72,7 @@ impl<'a> ResponseFacts<'a> {
     pub const fn new(
         status: StatusCode,
         headers: &'a HeaderMap,
-        problem: Option<&'a Problem>,
+        problem: Option<&'a ProblemFacts>,
     ) -> Self {
         Self {
             status,
@@ -149,12 +155,12 @@ mod tests {
 
     #[test]
     fn problem_parsing() {
-        let p = Problem::from_json(
+        let p = ProblemFacts::from_json(
             br#"{"type":"about:blank","status":409,"code":"idempotency_request_in_flight","retryable":true}"#,
         )
         .unwrap();
         assert_eq!(p.code.as_deref(), Some(IN_FLIGHT_CODE));
         assert_eq!(p.retryable, Some(true));
-        assert!(Problem::from_json(b"not json").is_none());
+        assert!(ProblemFacts::from_json(b"not json").is_none());
     }
 }

@@ -56,7 +56,7 @@
 //! ```
 //! use http::{HeaderMap, HeaderValue, Method, StatusCode};
 //! use oncely_client::classify::{
-//!     classify, Outcome, Phase, Problem, RequestFacts, ResponseFacts, RetryReason, Signal,
+//!     classify, Outcome, Phase, ProblemFacts, RequestFacts, ResponseFacts, RetryReason, Signal,
 //!     TransportFailure, Verdict,
 //! };
 //!
@@ -77,7 +77,7 @@
 //! headers.insert("stripe-should-retry", HeaderValue::from_static("true"));
 //! let unavailable = ResponseFacts::new(StatusCode::SERVICE_UNAVAILABLE, &headers, None);
 //! assert_eq!(classify(&keyed_post, &Outcome::Response(unavailable), false), Verdict::Done);
-//! let retry_me = Problem::from_json(br#"{"retryable": true}"#).unwrap();
+//! let retry_me = ProblemFacts::from_json(br#"{"retryable": true}"#).unwrap();
 //! let with_problem = ResponseFacts::new(StatusCode::SERVICE_UNAVAILABLE, &headers, Some(&retry_me));
 //! assert!(matches!(classify(&keyed_post, &Outcome::Response(with_problem), false), Verdict::Retry(_)));
 //!
@@ -114,7 +114,7 @@ mod status;
 mod transport;
 
 pub use facts::{
-    IN_FLIGHT_CODE, Outcome, Phase, Problem, RequestFacts, ResponseFacts, TransportFailure,
+    IN_FLIGHT_CODE, Outcome, Phase, ProblemFacts, RequestFacts, ResponseFacts, TransportFailure,
     is_idempotent_method,
 };
 pub use reason::{RetryReason, Verdict, grpc_code_name};

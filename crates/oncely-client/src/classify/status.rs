@@ -79,7 +79,7 @@ pub fn needs_problem_body(status: StatusCode) -> bool {
 mod tests {
     use http::HeaderMap;
 
-    use super::super::facts::Problem;
+    use super::super::facts::ProblemFacts;
     use super::super::facts::examples::{GET, KEYED_POST, POST, headers};
     use super::super::signals::Signal;
     use super::*;
@@ -87,7 +87,7 @@ mod tests {
 
     static NO_HEADERS: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
 
-    fn resp(status: u16, problem: Option<&Problem>) -> Outcome<'_> {
+    fn resp(status: u16, problem: Option<&ProblemFacts>) -> Outcome<'_> {
         Outcome::Response(ResponseFacts::new(
             StatusCode::from_u16(status).unwrap(),
             &NO_HEADERS,
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn problem_json_codes() {
-        let in_flight = Problem {
+        let in_flight = ProblemFacts {
             code: Some(IN_FLIGHT_CODE.into()),
             retryable: Some(true),
         };
@@ -156,7 +156,7 @@ mod tests {
             classify(&KEYED_POST, &resp(409, Some(&in_flight)), false),
             Verdict::Retry(RetryReason::InFlight)
         );
-        let mismatch = Problem {
+        let mismatch = ProblemFacts {
             code: Some("idempotency_key_mismatch".into()),
             retryable: Some(false),
         };
@@ -168,7 +168,7 @@ mod tests {
             classify(&KEYED_POST, &resp(409, Some(&mismatch)), false),
             Verdict::Done
         );
-        let no = Problem {
+        let no = ProblemFacts {
             code: None,
             retryable: Some(false),
         };
@@ -179,7 +179,7 @@ mod tests {
     fn with_headers<'a>(
         status: u16,
         headers: &'a HeaderMap,
-        problem: Option<&'a Problem>,
+        problem: Option<&'a ProblemFacts>,
     ) -> Outcome<'a> {
         Outcome::Response(ResponseFacts::new(
             StatusCode::from_u16(status).unwrap(),
@@ -227,7 +227,7 @@ mod tests {
             Verdict::Done
         );
         // The problem's `retryable` comes first.
-        let no = Problem {
+        let no = ProblemFacts {
             code: None,
             retryable: Some(false),
         };

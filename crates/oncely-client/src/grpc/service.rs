@@ -223,10 +223,10 @@ impl GrpcRetry {
             }
         };
         let replayable = matches!(body, RequestBody::Whole(_));
-        let clock = &core.clock;
+        let timer = &core.timer;
 
         loop {
-            let started = clock.now();
+            let started = timer.now();
             let limit = call
                 .deadline()
                 .attempt_limit(started, policy.attempt_timeout());
@@ -300,7 +300,7 @@ impl GrpcRetry {
                         }
                     } else if http_status != http::StatusCode::OK {
                         let verdict = classify_http(safe, http_status, headers, policy.retry_500());
-                        let hint = retry_after_from_headers(headers, clock.system_now());
+                        let hint = retry_after_from_headers(headers, timer.system_now());
                         Attempt::Response {
                             response,
                             status: Some(status_from_http(http_status)),

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame};
 use reqwest::{Response, ResponseBuilderExt};
 
-use crate::classify::Problem;
+use crate::classify::ProblemFacts;
 use crate::error::BoxError;
 
 /// Largest problem+json body read for classification, in bytes (64 KiB).
@@ -73,7 +73,7 @@ enum BodyRead {
 pub(super) async fn inspect_problem(
     mut response: Response,
     limit: Duration,
-) -> (Response, Option<Problem>) {
+) -> (Response, Option<ProblemFacts>) {
     let declared_small = response
         .content_length()
         .is_none_or(|n| n <= MAX_PROBLEM_BODY);
@@ -104,7 +104,10 @@ pub(super) async fn inspect_problem(
     let read_bytes = buf.len();
     let prefix = buf.freeze();
     let (problem, body) = match read {
-        BodyRead::Complete => (Problem::from_json(&prefix), reqwest::Body::from(prefix)),
+        BodyRead::Complete => (
+            ProblemFacts::from_json(&prefix),
+            reqwest::Body::from(prefix),
+        ),
         BodyRead::TooLarge => {
             tracing::debug!(
                 status = status.as_u16(),

@@ -27,7 +27,7 @@ impl Default for OncelyRetry {
 
 impl OncelyRetry {
     /// A middleware with this policy, a fresh budget (if the policy enables one), fresh metrics,
-    /// UUID v4 keys, tokio's clock and an OS-seeded random source.
+    /// UUID v4 keys, tokio's timer and an OS-seeded random source.
     pub fn new(policy: RetryPolicy) -> Self {
         Self {
             core: Driver::new(policy),

@@ -110,7 +110,7 @@ impl Middleware for OncelyRetry {
             max_sends: policy.max_attempts(),
             in_flight: AtomicU32::new(0),
             deadline: *call.deadline(),
-            clock: self.core.clock.clone(),
+            timer: self.core.timer.clone(),
             last_status: AtomicU16::new(0),
         }));
         extensions.insert(active.clone());
@@ -203,10 +203,10 @@ impl OncelyRetry {
         let replayable = req.try_clone().is_some();
         let mut original = Some(req);
         let budget = self.core.budget.as_deref();
-        let clock = &self.core.clock;
+        let timer = &self.core.timer;
 
         loop {
-            let started = clock.now();
+            let started = timer.now();
             let limit = call.deadline().attempt_limit(started, attempt_timeout);
             if limit.is_zero() {
                 let reason = StopReason::DeadlineExhausted {
@@ -243,10 +243,10 @@ impl OncelyRetry {
                 Ok(Err(error)) => self.classify_error(error, &facts, &policy),
                 Ok(Ok(response)) => {
                     let status = response.status();
-                    let hint = retry_after_from_headers(response.headers(), clock.system_now());
+                    let hint = retry_after_from_headers(response.headers(), timer.system_now());
                     let (response, problem) = if needs_problem_body(status) {
                         // Reading the body is part of the attempt: bounded by what is left of it.
-                        let spent = clock.now().saturating_duration_since(started);
+                        let spent = timer.now().saturating_duration_since(started);
                         inspect_problem(response, limit.saturating_sub(spent)).await
                     } else {
                         (response, None)

@@ -9,8 +9,8 @@ use http::{Extensions, StatusCode};
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::clock::Clock;
 use crate::deadline::Deadline;
+use crate::timer::Timer;
 
 /// Why the [`SendGuard`] refused to send.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +35,7 @@ pub(super) struct ActiveInner {
     /// since the schedule does not count them against the attempt limit.
     pub(super) in_flight: AtomicU32,
     pub(super) deadline: Deadline,
-    pub(super) clock: Arc<dyn Clock>,
+    pub(super) timer: Arc<dyn Timer>,
     /// The status of the last response that came back through the guard (0: none).
     pub(super) last_status: AtomicU16,
 }
@@ -72,7 +72,7 @@ impl Middleware for SendGuard {
             return next.run(req, extensions).await;
         };
         let inner = &active.0;
-        if inner.deadline.is_exhausted(inner.clock.now()) {
+        if inner.deadline.is_exhausted(inner.timer.now()) {
             return Err(reqwest_middleware::Error::middleware(Refused::Deadline));
         }
         let counted = inner
