@@ -39,6 +39,12 @@ use std::time::Duration;
 
 use rand::Rng;
 
+/// Default backoff base delay: 500 milliseconds (the ceiling of the first retry's sleep; see
+/// [`crate::policy`] for how it compares with other SDKs' defaults).
+pub const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(500);
+/// Default backoff cap: 8 seconds (the longest sleep; see [`crate::policy`]).
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(8);
+
 /// Which jitter formula a [`Backoff`] uses.
 ///
 /// Source: AWS Architecture Blog, "Exponential Backoff And Jitter".
@@ -65,10 +71,7 @@ pub struct Backoff {
 impl Default for Backoff {
     /// Full jitter, base 500 milliseconds, cap 8 seconds (see [`crate::policy`] for why).
     fn default() -> Self {
-        Self::full_jitter(
-            crate::policy::DEFAULT_BASE_DELAY,
-            crate::policy::DEFAULT_MAX_DELAY,
-        )
+        Self::full_jitter(DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY)
     }
 }
 

@@ -2,7 +2,7 @@
 //! ([`crate::middleware`]) and the gRPC layer (`crate::grpc`): one retry core, two transports.
 //!
 //! A transport sends attempts and classifies their outcomes; everything else lives here, once:
-//! the configuration (policy, budget, metrics, key maker, clock, random source), minting a key,
+//! the configuration (policy, budget, metrics, key maker, timer, random source), minting a key,
 //! planning a retry ([`crate::schedule::CallState::plan_retry`]: attempts, deadline, full
 //! jitter, the server's hint, the budget), logging and counting it, sleeping with a refund if
 //! the call is dropped meanwhile, and giving up with a [`RetryError`].
@@ -10,19 +10,19 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use http::{HeaderValue, StatusCode};
+use http::HeaderValue;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use crate::budget::RetryBudget;
 use crate::classify::RetryReason;
-use crate::clock::{Clock, TokioClock};
 use crate::deadline::Deadline;
-use crate::error::{BoxError, RetryError, StopReason};
+use crate::error::{BoxError, LastAnswer, RetryError, StopReason};
 use crate::key::{IdempotencyKey, MakeIdempotencyKey, UuidV4Keys};
 use crate::metrics::{RetryMetrics, bump};
 use crate::policy::RetryPolicy;
 use crate::schedule::{CallState, WaitSource};
+use crate::timer::{Timer, TokioTimer};
 
 /// The builder methods and accessors of each transport's face over its [`Driver`] (a field
 /// named `core`): written once, so the two faces cannot drift apart.
@@ -44,9 +44,10 @@ macro_rules! core_methods {
             self
         }
 
-        /// Uses another clock (tests, simulations).
-        pub fn with_clock(mut self, clock: impl $crate::clock::Clock) -> Self {
-            self.core.clock = std::sync::Arc::new(clock);
+        /// Uses another timer (tests, simulations): every "now" and every sleep of the retry
+        /// loop goes through it. Default: [`TokioTimer`]($crate::timer::TokioTimer).
+        pub fn with_timer(mut self, timer: impl $crate::timer::Timer) -> Self {
+            self.core.timer = std::sync::Arc::new(timer);
             self
         }
 
@@ -74,25 +75,6 @@ macro_rules! core_methods {
 }
 pub(crate) use core_methods;
 
-/// The last answer a call got from the server, for the error and the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LastAnswer {
-    /// An HTTP status.
-    Http(StatusCode),
-    /// A gRPC status code (`grpc-status`, 0 to 16).
-    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
-    Grpc(i32),
-}
-
-impl LastAnswer {
-    fn as_number(self) -> i64 {
-        match self {
-            Self::Http(s) => i64::from(s.as_u16()),
-            Self::Grpc(c) => i64::from(c),
-        }
-    }
-}
-
 /// What a retry's log line says about the attempt that failed.
 pub(crate) struct RetryLog<'a> {
     /// The HTTP method, or `grpc` for a gRPC call.
@@ -113,20 +95,20 @@ pub(crate) struct Driver {
     pub(crate) budget: Option<Arc<RetryBudget>>,
     pub(crate) metrics: Arc<RetryMetrics>,
     pub(crate) keys: Arc<dyn MakeIdempotencyKey>,
-    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) timer: Arc<dyn Timer>,
     pub(crate) rng: Arc<Mutex<StdRng>>,
 }
 
 impl Driver {
     /// This policy, a fresh budget (if the policy enables one), fresh metrics, UUID v4 keys,
-    /// tokio's clock and an OS-seeded random source.
+    /// tokio's timer and an OS-seeded random source.
     pub(crate) fn new(policy: RetryPolicy) -> Self {
         Self {
             policy,
             budget: policy.budget().map(|c| Arc::new(RetryBudget::new(c))),
             metrics: Arc::new(RetryMetrics::default()),
             keys: Arc::new(UuidV4Keys),
-            clock: Arc::new(TokioClock),
+            timer: Arc::new(TokioTimer),
             rng: Arc::new(Mutex::new(StdRng::from_os_rng())),
         }
     }
@@ -139,7 +121,7 @@ impl Driver {
     /// Starts a logical call with this overall deadline, now.
     pub(crate) fn start_call(&self, deadline: Duration) -> CallState {
         bump(&self.metrics.calls);
-        CallState::new(Deadline::starting_at(self.clock.now(), deadline))
+        CallState::new(Deadline::starting_at(self.timer.now(), deadline))
     }
 
     /// Records that an attempt goes out.
@@ -188,7 +170,7 @@ impl Driver {
             StopReason::BodyNotReplayable => bump(&m.not_replayable),
             _ => {}
         }
-        let elapsed = call.deadline().elapsed(self.clock.now());
+        let elapsed = call.deadline().elapsed(self.timer.now());
         tracing::warn!(
             attempts = call.attempts(),
             reason = %reason,
@@ -222,7 +204,7 @@ impl Driver {
         let budget = self.budget.as_deref();
         let plan = {
             let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-            call.plan_retry(policy, budget, reason, hint, self.clock.now(), &mut *rng)?
+            call.plan_retry(policy, budget, reason, hint, self.timer.now(), &mut *rng)?
         };
         bump(&self.metrics.retries);
         if plan.source == WaitSource::RetryAfter {
@@ -251,7 +233,7 @@ impl Driver {
             budget,
             tokens: plan.cost.unwrap_or(0),
         };
-        self.clock.sleep(plan.wait).await;
+        self.timer.sleep(plan.wait).await;
         refund.disarm();
         Ok(())
     }

@@ -15,7 +15,25 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::driver::LastAnswer;
+/// The last answer a call got from the server, for the error and the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LastAnswer {
+    /// An HTTP status.
+    Http(StatusCode),
+    /// A gRPC status code (`grpc-status`, 0 to 16).
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    Grpc(i32),
+}
+
+impl LastAnswer {
+    /// The status as a number, for the log: the HTTP status code or the gRPC code.
+    pub(crate) fn as_number(self) -> i64 {
+        match self {
+            Self::Http(s) => i64::from(s.as_u16()),
+            Self::Grpc(c) => i64::from(c),
+        }
+    }
+}
 
 /// A boxed underlying error (for the reqwest face, a `reqwest::Error`).
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;

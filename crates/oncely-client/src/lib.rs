@@ -83,7 +83,7 @@
 //!
 //! ```
 //! use http::{HeaderMap, HeaderValue, Method, StatusCode};
-//! use oncely_client::classify::{classify, Outcome, Problem, RequestFacts, ResponseFacts, Verdict};
+//! use oncely_client::classify::{classify, Outcome, ProblemFacts, RequestFacts, ResponseFacts, Verdict};
 //!
 //! let get = RequestFacts { method: &Method::GET, has_key: false };
 //! let mut headers = HeaderMap::new();
@@ -94,7 +94,7 @@
 //! // x-should-retry (2) beats Stripe-Should-Retry (3) and the allowlist (5): not retried.
 //! assert_eq!(classify(&get, &unavailable(None), false), Verdict::Done);
 //! // problem+json `retryable` (1) beats them all: retried.
-//! let problem = Problem::from_json(br#"{"retryable": true}"#).unwrap();
+//! let problem = ProblemFacts::from_json(br#"{"retryable": true}"#).unwrap();
 //! assert!(matches!(classify(&get, &unavailable(Some(&problem)), false), Verdict::Retry(_)));
 //! ```
 //!
@@ -136,7 +136,6 @@
 pub mod backoff;
 pub mod budget;
 pub mod classify;
-pub mod clock;
 pub mod deadline;
 mod driver;
 pub mod error;
@@ -145,16 +144,19 @@ pub mod grpc;
 pub mod key;
 pub mod metrics;
 pub mod middleware;
+mod options;
 pub mod policy;
 pub mod retry_after;
 pub mod schedule;
 pub mod simulate;
+pub mod timer;
 
 pub use backoff::{Backoff, Jitter};
 pub use budget::{BudgetConfig, RetryBudget};
 pub use error::{RetryError, StopReason};
 pub use key::IdempotencyKeyExt;
 pub use key::{IdempotencyKey, KeyError};
-pub use metrics::{MetricsSnapshot, RetryMetrics};
-pub use middleware::{CallOptions, OncelyRetry, SendGuard};
+pub use metrics::{RetryMetrics, RetryMetricsSnapshot};
+pub use middleware::{OncelyRetry, SendGuard};
+pub use options::CallOptions;
 pub use policy::RetryPolicy;

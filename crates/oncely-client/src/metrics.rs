@@ -62,10 +62,11 @@ impl Default for RetryMetrics {
     }
 }
 
-/// A point-in-time copy of [`RetryMetrics`].
+/// A point-in-time copy of [`RetryMetrics`]: one client's counters (the server layer counts a
+/// different set of its own).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct MetricsSnapshot {
+pub struct RetryMetricsSnapshot {
     /// Logical calls started.
     pub calls: u64,
     /// Attempts made (requests handed to the transport), first attempts included.
@@ -92,9 +93,9 @@ pub struct MetricsSnapshot {
 
 impl RetryMetrics {
     /// A copy of every counter.
-    pub fn snapshot(&self) -> MetricsSnapshot {
+    pub fn snapshot(&self) -> RetryMetricsSnapshot {
         let l = |c: &Counter| c.value.load(Ordering::Relaxed);
-        MetricsSnapshot {
+        RetryMetricsSnapshot {
             calls: l(&self.calls),
             attempts: l(&self.attempts),
             retries: l(&self.retries),

@@ -64,10 +64,9 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default connect timeout: 3 seconds (never more than the attempt timeout).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Default backoff base delay: 500 milliseconds.
-pub const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(500);
-/// Default backoff cap: 8 seconds.
-pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(8);
+/// The backoff's defaults (500 milliseconds base, 8 seconds cap), defined beside the backoff and
+/// listed here with the policy's other defaults.
+pub use crate::backoff::{DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY};
 
 /// How a client retries. Immutable and `Copy`; build it with the `const fn with_*` methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -268,7 +268,7 @@ async fn c3_with(
     })
     .await;
     let clock = VirtualClock::default();
-    let retry = OncelyRetry::new(fast().with_deadline(deadline)).with_clock(clock.clone());
+    let retry = OncelyRetry::new(fast().with_deadline(deadline)).with_timer(clock.clone());
     let result = client(&retry).get(server.url("/slow-down")).send().await;
     (result, clock, server)
 }
@@ -344,7 +344,7 @@ async fn c4_retry_after_zero_still_waits_the_jittered_backoff_and_attempts_stay_
         let clock = VirtualClock::default();
         let seed = 7;
         let retry = OncelyRetry::new(fast())
-            .with_clock(clock.clone())
+            .with_timer(clock.clone())
             .with_rng_seed(seed);
         let err = retry_error(client(&retry).get(server.url("/busy")).send().await);
         assert_eq!(
@@ -452,7 +452,7 @@ async fn c6_seventy_attempts_never_panic_and_stay_within_the_cap() {
             .with_max_attempts(70)
             .with_budget(None),
     )
-    .with_clock(clock.clone());
+    .with_timer(clock.clone());
     let err = retry_error(client(&retry).get(server.url("/down")).send().await);
     assert_eq!(err.attempts(), 70);
     let sleeps = clock.sleeps();

@@ -319,7 +319,7 @@ async fn grpc_timeout_never_exceeds_what_is_left_and_retry_info_is_a_lower_bound
     let policy = fast()
         .with_deadline(deadline)
         .with_attempt_timeout(Duration::from_secs(10));
-    let retry = retry(policy).with_clock(clock.clone());
+    let retry = retry(policy).with_timer(clock.clone());
     let started = Instant::now();
     let reply = call(retry.wrap(server.channel().await), PAY, pay_request(1))
         .await
@@ -411,7 +411,7 @@ async fn resource_exhausted_with_retry_info_is_retried_at_the_throttle_price() {
     let clock = VirtualClock::default();
     // 8 tokens: enough for a throttle retry (5), not for a transient one (14).
     let policy = fast().with_budget(Some(BudgetConfig::new().with_capacity(8)));
-    let retry = retry(policy).with_clock(clock.clone());
+    let retry = retry(policy).with_timer(clock.clone());
     let budget = retry.budget().unwrap().clone();
     let channel = retry.wrap(server.channel().await);
     assert_eq!(call(channel, PAY, pay_request(1)).await.unwrap().attempt, 2);
@@ -763,7 +763,7 @@ async fn a_proxys_http_answer_follows_the_http_allowlist_and_its_retry_after() {
 
     // 503 with Retry-After: retried for any call, after at least the hinted 2 s.
     let clock = VirtualClock::default();
-    let retry = GrpcRetry::new(fast()).with_clock(clock.clone()); // PAY undeclared: unkeyed
+    let retry = GrpcRetry::new(fast()).with_timer(clock.clone()); // PAY undeclared: unkeyed
     let reply = call(retry.wrap(proxy(1, 503, Some("2"))), PAY, pay_request(1))
         .await
         .unwrap();

@@ -51,7 +51,7 @@ async fn every_retry_is_logged_and_counted() {
             .with_full_jitter(Duration::from_millis(5), Duration::from_millis(20))
             .with_deadline(Duration::from_secs(30)),
     )
-    .with_clock(clock.clone());
+    .with_timer(clock.clone());
     let client = retry.clone().wrap(reqwest::Client::new());
     let r = client
         .post(server.url("/pay"))

@@ -178,7 +178,7 @@ impl Default for GrpcRetry {
 
 impl GrpcRetry {
     /// A configuration with this policy, a fresh budget (if the policy enables one), fresh
-    /// metrics, UUID v4 keys, tokio's clock and an empty method table.
+    /// metrics, UUID v4 keys, tokio's timer and an empty method table.
     pub fn new(policy: RetryPolicy) -> Self {
         Self {
             core: Driver::new(policy),

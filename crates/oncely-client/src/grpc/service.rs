@@ -18,8 +18,8 @@ use super::classify::{classify_http, classify_status, is_server_failure, status_
 use super::timeout::{GRPC_TIMEOUT, format_grpc_timeout, parse_grpc_timeout};
 use crate::CallOptions;
 use crate::classify::{Phase, TransportFailure, Verdict, classify_transport};
-use crate::driver::{LastAnswer, RetryLog};
-use crate::error::{BoxError, RetryError, StopReason};
+use crate::driver::RetryLog;
+use crate::error::{BoxError, LastAnswer, RetryError, StopReason};
 use crate::key::{IDEMPOTENCY_KEY, check_key};
 use crate::retry_after::retry_after_from_headers;
 
@@ -223,10 +223,10 @@ impl GrpcRetry {
             }
         };
         let replayable = matches!(body, RequestBody::Whole(_));
-        let clock = &core.clock;
+        let timer = &core.timer;
 
         loop {
-            let started = clock.now();
+            let started = timer.now();
             let limit = call
                 .deadline()
                 .attempt_limit(started, policy.attempt_timeout());
@@ -300,7 +300,7 @@ impl GrpcRetry {
                         }
                     } else if http_status != http::StatusCode::OK {
                         let verdict = classify_http(safe, http_status, headers, policy.retry_500());
-                        let hint = retry_after_from_headers(headers, clock.system_now());
+                        let hint = retry_after_from_headers(headers, timer.system_now());
                         Attempt::Response {
                             response,
                             status: Some(status_from_http(http_status)),

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
-use oncely_client::clock::{Clock, Sleep};
+use oncely_client::timer::{Sleep, Timer};
 
 /// One request as the server saw it.
 #[derive(Clone, Debug)]
@@ -183,7 +183,7 @@ impl VirtualClock {
     }
 }
 
-impl Clock for VirtualClock {
+impl Timer for VirtualClock {
     fn now(&self) -> Instant {
         Instant::now() + *self.offset.lock().unwrap()
     }
