@@ -20,20 +20,29 @@
 //! types are always raw bytes.
 //!
 //! A JSON body that is not I-JSON (RFC 7493) has no fingerprint: two members with the same name,
-//! a lone surrogate escape, or a number that is not exactly the value of its canonical form
-//! (more digits than the shortest form of its nearest double, as `9007199254740993`, or a value
-//! beyond the range of normal doubles; see [`crate::jcs`]). RFC 8785 is defined over I-JSON
-//! only, and such a body may be read as two different requests by two parsers
+//! or a lone surrogate escape (see [`crate::jcs`]). RFC 8785 is defined over I-JSON only, and
+//! such a body may be read as two different requests by two parsers
 //! (`{"amount":1,"amount":5000}` is 1 for one and 5000 for another).
 //! [`Fingerprinter::try_fingerprint`] refuses it with [`FingerprintError::NotIJson`], which the
 //! layer answers with `400 idempotency_body_not_canonicalizable` before any claim.
 //!
-//! Numbers of 16 or 17 significant digits that are their double's shortest form
+//! Numbers: one that a double carries (exactly the decimal of its nearest double's shortest
+//! form, within the range of normal doubles) is hashed in RFC 8785's form, so `1.0` and `1` are
+//! one request. Any other number (an integer beyond 2^53 such as a 64-bit id
+//! `12345678901234567890`, a decimal with more precision than a double, a value beyond the
+//! range of normal doubles) is hashed by its digits as written: two different numbers are
+//! never one request, and another spelling of the same such number
+//! (`1.2345678901234567890e19`) is another request (a `422` mismatch, never a wrong replay).
+//! See [`crate::jcs`], "Numbers".
+//!
+//! History, within version 1 (no fingerprint of a stored record changed, so the version
+//! stayed): numbers of 16 or 17 significant digits that are their double's shortest form
 //! (`3.141592653589793`, what JavaScript writes for `Math.PI`) were refused until December
-//! 2026, and are accepted now. No fingerprint from [`Fingerprinter::try_fingerprint`] changed
-//! (such bodies had none). The non-refusing [`Fingerprinter::fingerprint`] hashed such a body
-//! as raw bytes and now hashes its canonical form: a record stored that way before the change
-//! and retried after it, within its replay window, answers `422` (a mismatch, never a wrong
+//! 2026; the numbers no double carries were refused until later that month, and are hashed by
+//! their digits now. [`Fingerprinter::try_fingerprint`] had no fingerprint for either kind of
+//! body before. The non-refusing [`Fingerprinter::fingerprint`] hashed such a body as raw
+//! bytes and now hashes its canonical form: a record stored that way before a change and
+//! retried after it, within its replay window, answers `422` (a mismatch, never a wrong
 //! replay).
 //!
 //! Credentials are never part of the fingerprint: the scope carries identity, and a rotated API
@@ -463,10 +472,6 @@ mod tests {
             refused(br#"{"s":"\ud800"}"#),
             jcs::JcsErrorKind::LoneSurrogate
         );
-        assert_eq!(
-            refused(br#"{"n":9007199254740993}"#),
-            jcs::JcsErrorKind::InexactNumber
-        );
         // What JavaScript serializes `Math.PI` and `0.1 + 0.2` to, and a 16-digit id, are
         // I-JSON: each is exactly its double's shortest form. Another spelling of the same
         // decimal is the same request; a decimal that only rounds to the same double is not.
@@ -484,9 +489,9 @@ mod tests {
             let f = try_fp(JSON, body).unwrap();
             assert_eq!(try_fp(JSON, same).unwrap(), f);
         }
-        assert_eq!(
-            refused(br#"{"pi":3.1415926535897932}"#),
-            jcs::JcsErrorKind::InexactNumber
+        assert_ne!(
+            try_fp(JSON, br#"{"pi":3.1415926535897932}"#).unwrap(),
+            try_fp(JSON, br#"{"pi":3.141592653589793}"#).unwrap()
         );
         // Any +json type is JSON; other media types are raw bytes and never refused.
         assert!(try_fp(Some("application/merge-patch+json"), br#"{"a":1,"a":2}"#).is_err());
@@ -506,6 +511,73 @@ mod tests {
                 br#"{"amount":1,"amount":5000}"#
             ),
             fp("POST", "/v1/payments", JSON, br#"{"amount":5000}"#)
+        );
+    }
+
+    /// A 64-bit id beyond 2^53 has a fingerprint (its digits): the same digits in a reordered
+    /// body are the same request; the double's neighbour, the double's own form and another
+    /// spelling of the same number are other requests (docs/DESIGN.md, "Large numbers").
+    #[test]
+    fn numbers_no_double_carries_are_fingerprinted_by_their_digits() {
+        let id = try_fp(
+            JSON,
+            br#"{"customer_id":12345678901234567890,"amount":100}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            try_fp(
+                JSON,
+                b"{ \"amount\": 100,\n  \"customer_id\": 12345678901234567890 }"
+            )
+            .unwrap(),
+            id
+        );
+        assert_eq!(
+            fp(
+                "POST",
+                "/v1/payments",
+                JSON,
+                br#"{"amount":100,"customer_id":12345678901234567890}"#
+            ),
+            id
+        );
+        for other in [
+            &br#"{"customer_id":12345678901234567891,"amount":100}"#[..],
+            // The shortest form of its nearest double, what RFC 8785 alone would write.
+            br#"{"customer_id":12345678901234567000,"amount":100}"#,
+            br#"{"customer_id":1.2345678901234567890e19,"amount":100}"#,
+            br#"{"customer_id":12345678901234567890.0,"amount":100}"#,
+            br#"{"customer_id":"12345678901234567890","amount":100}"#,
+        ] {
+            assert_ne!(
+                try_fp(JSON, other).unwrap(),
+                id,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        // 2^53 + 1 and 2^53 are one double, and two requests.
+        assert_ne!(
+            try_fp(JSON, br#"{"n":9007199254740993}"#).unwrap(),
+            try_fp(JSON, br#"{"n":9007199254740992}"#).unwrap()
+        );
+        // Long decimals, and values beyond the range of doubles, likewise.
+        for (a, b) in [
+            (&br#"[0.1000000000000000000001]"#[..], &br#"[0.1]"#[..]),
+            (br#"[1e400]"#, br#"[1e401]"#),
+            (br#"[1e-400]"#, br#"[0]"#),
+        ] {
+            assert_ne!(try_fp(JSON, a).unwrap(), try_fp(JSON, b).unwrap());
+            assert_eq!(try_fp(JSON, a).unwrap(), try_fp(JSON, a).unwrap());
+        }
+        // Numbers a double carries keep RFC 8785's form: `1.0` is `1`, as before.
+        assert_eq!(
+            try_fp(JSON, br#"{"n":1.0}"#).unwrap(),
+            try_fp(JSON, br#"{"n":1}"#).unwrap()
+        );
+        assert_eq!(
+            try_fp(JSON, br#"{"n":1.0}"#).unwrap(),
+            fp_before(br#"{"n":1}"#)
         );
     }
 

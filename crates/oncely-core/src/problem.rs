@@ -61,11 +61,10 @@ pub enum ErrorCode {
     /// layer buffers for fingerprinting (RFC 9110 section 15.5.14).
     RequestTooLarge,
     /// `idempotency_body_not_canonicalizable`, `400`: the request body is JSON but not I-JSON
-    /// (RFC 7493: a member name repeated in one object, a lone surrogate escape, or a number
-    /// with more digits than its nearest double's shortest form), so it has no RFC 8785
-    /// canonical form and no fingerprint:
-    /// refused before any claim, nothing ran. Not retryable unchanged: send the body without the
-    /// repeated name (or the number as a string).
+    /// (RFC 7493: a member name repeated in one object, or a lone surrogate escape), so it has
+    /// no RFC 8785 canonical form and no fingerprint: refused before any claim, nothing ran.
+    /// Not retryable unchanged: send the body without the repeated name. (A number is never
+    /// refused: see [`crate::jcs`], "Numbers".)
     BodyNotCanonicalizable,
     /// `idempotency_request_needs_attention`, `409`: the request with this key was abandoned
     /// part-way (its server died or an outside system kept failing), the completer re-drove it

@@ -64,7 +64,7 @@
 //! | key empty, over 255 characters, not visible ASCII, header repeated | `400 idempotency_key_invalid` |
 //! | no authenticated scope | `401 idempotency_scope_missing` |
 //! | request body over `Policy::max_request_bytes` | `413 idempotency_request_too_large` |
-//! | JSON body that is not I-JSON (RFC 7493: a repeated member name, a lone surrogate, a number with more digits than its nearest double's shortest form) | `400 idempotency_body_not_canonicalizable`, before any claim |
+//! | JSON body that is not I-JSON (RFC 7493: a repeated member name, a lone surrogate; a number no double carries, such as a 64-bit id, is fingerprinted by its digits instead) | `400 idempotency_body_not_canonicalizable`, before any claim |
 //! | store error, or a store call slower than the store timeout (5 s) | `503 idempotency_store_unavailable` + `Retry-After`; the handler never runs |
 //! | first request (or after the replay window, or a lapsed lease) | runs the handler with an [`IdempotencyContext`] |
 //! | same request while the first runs | `409 idempotency_request_in_flight` + `Retry-After` (or, in wait mode, the replay) |

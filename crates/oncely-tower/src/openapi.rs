@@ -136,7 +136,7 @@ impl IdempotencyDoc {
             status(ErrorCode::KeyMissing),
             format!(
                 "`{}`, `{}` (not 1-255 visible ASCII characters, or the header repeated), `{}` (a JSON body \
-                 that is not I-JSON: a repeated member name, a lone surrogate, an inexact number) or \
+                 that is not I-JSON: a repeated member name or a lone surrogate) or \
                  `{}`: nothing was executed",
                 ErrorCode::KeyMissing,
                 ErrorCode::KeyInvalid,

@@ -203,16 +203,18 @@ async fn duplicate_member_names_are_400_before_any_claim_and_never_a_replay() {
     assert_eq!(fresh.code(), "idempotency_body_not_canonicalizable");
     let k2 = RecordKey::new(Scope::new("acct_a"), IdempotencyKey::new("k2").unwrap());
     assert!(store.get(&k2).await.unwrap().is_none(), "no claim was made");
-    // Lone surrogates and inexact numbers likewise.
-    for body in [r#"{"sku":"\ud800"}"#, r#"{"amount":9007199254740993}"#] {
-        let got = send(&app, post_req("/v1/orders", "acct_a", Some("k3"), body)).await;
-        assert_eq!(got.code(), "idempotency_body_not_canonicalizable", "{body}");
-    }
+    // Lone surrogates likewise.
+    let got = send(
+        &app,
+        post_req("/v1/orders", "acct_a", Some("k3"), r#"{"sku":"\ud800"}"#),
+    )
+    .await;
+    assert_eq!(got.code(), "idempotency_body_not_canonicalizable");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
     assert_eq!(store.get(&id).await.unwrap().unwrap(), before);
     let m = layer.metrics().snapshot();
     assert_eq!((m.claims, m.replays, m.mismatches), (1, 0, 0));
-    assert_eq!(m.body_not_canonicalizable, 6);
+    assert_eq!(m.body_not_canonicalizable, 5);
     // The original body still replays.
     let retry = send(
         &app,
@@ -226,6 +228,74 @@ async fn duplicate_member_names_are_400_before_any_claim_and_never_a_replay() {
     .await;
     assert!(retry.replayed());
     assert_eq!(retry.body, first.body);
+}
+
+/// A 64-bit id beyond 2^53 (no double carries it) is fingerprinted by its digits
+/// (docs/DESIGN.md, "Large numbers"): the request runs, a byte-identical or reordered retry
+/// replays, and a retry that spells the same number otherwise, or writes its nearest double
+/// (`9007199254740992` for `9007199254740993`, the one RFC 8785 alone would hash), is a
+/// mismatch, never a replay.
+#[tokio::test]
+async fn a_64_bit_id_runs_replays_and_a_respelled_one_is_a_mismatch() {
+    let (app, calls, _, layer) = setup();
+    for (key, body, others) in [
+        (
+            "big",
+            r#"{"customer_id":12345678901234567890,"amount":100}"#,
+            &[
+                r#"{"customer_id":1.2345678901234567890e19,"amount":100}"#,
+                r#"{"customer_id":12345678901234567000,"amount":100}"#,
+                r#"{"customer_id":12345678901234567891,"amount":100}"#,
+            ][..],
+        ),
+        (
+            "next",
+            r#"{"customer_id":9007199254740993}"#,
+            &[
+                r#"{"customer_id":9007199254740992}"#,
+                r#"{"customer_id":9007199254740993.0}"#,
+            ][..],
+        ),
+        (
+            "long",
+            r#"{"rate":0.1000000000000000000001}"#,
+            &[r#"{"rate":0.1}"#][..],
+        ),
+    ] {
+        let before = calls.load(Ordering::SeqCst);
+        let first = send(&app, post_req("/v1/orders", "acct_a", Some(key), body)).await;
+        assert_eq!(first.status, StatusCode::CREATED, "{body}: {first:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), before + 1, "{body}");
+        // The handler saw the digits as sent.
+        let digits = body.split([':', ',', '}']).nth(1).unwrap();
+        assert!(
+            String::from_utf8_lossy(&first.body).contains(digits),
+            "{body}"
+        );
+        let retry = send(&app, post_req("/v1/orders", "acct_a", Some(key), body)).await;
+        assert!(retry.replayed(), "{body}");
+        assert_eq!(retry.body, first.body);
+        let spaced = body.replace(':', " : ").replace(',', " ,\n ");
+        let retry = send(&app, post_req("/v1/orders", "acct_a", Some(key), &spaced)).await;
+        assert!(retry.replayed(), "{spaced}");
+        for other in others {
+            let got = send(&app, post_req("/v1/orders", "acct_a", Some(key), other)).await;
+            assert_eq!(got.status, StatusCode::UNPROCESSABLE_ENTITY, "{other}");
+            assert_eq!(got.code(), "idempotency_key_mismatch", "{other}");
+            assert!(!got.replayed());
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), before + 1, "{body}");
+    }
+    let m = layer.metrics().snapshot();
+    assert_eq!(
+        (
+            m.claims,
+            m.replays,
+            m.mismatches,
+            m.body_not_canonicalizable
+        ),
+        (3, 6, 6, 0)
+    );
 }
 
 #[tokio::test]

@@ -40,10 +40,6 @@ pub enum JcsErrorKind {
     DuplicateName,
     /// A `\u` escape of a surrogate that is not half of a pair (RFC 7493 section 2.1).
     LoneSurrogate,
-    /// A number whose decimal value is not that of its canonical form, the shortest form of its
-    /// nearest double, or that is beyond the range of normal doubles (RFC 7493 section 2.2; see
-    /// the module docs).
-    InexactNumber,
     /// A body of 4 GiB (`u32::MAX` bytes) or more.
     TooLarge,
 }
@@ -64,9 +60,6 @@ impl fmt::Display for JcsErrorKind {
             Self::TooDeep => "arrays and objects nested deeper than 127 levels",
             Self::DuplicateName => "an object has two members with the same name",
             Self::LoneSurrogate => "a string escapes a lone UTF-16 surrogate",
-            Self::InexactNumber => {
-                "a number is not the decimal its canonical form writes (it has more digits than the shortest form of its nearest double, as 9007199254740993, whose nearest double is written 9007199254740992), or is beyond the range of normal doubles"
-            }
             Self::TooLarge => "the body is 4 GiB or more",
         })
     }

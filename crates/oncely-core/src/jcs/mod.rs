@@ -12,7 +12,8 @@
 //!   they are unless an escape is not the canonical one (`\/`, `\u0041`, upper-case hex...),
 //!   numbers unless they are not in ECMAScript's shortest form (RFC 8785 section 3.2.2.3;
 //!   re-formatted with `ryu-js`, the formatter of the ECMAScript `Number.prototype.toString`
-//!   algorithm).
+//!   algorithm), or are numbers no double carries, which are kept as written (see
+//!   [Numbers](#numbers)).
 //!
 //! # What is refused
 //!
@@ -22,21 +23,40 @@
 //! - two members of one object with the same name, after unescaping (RFC 7493 section 2.3);
 //!   a parser that keeps the first value and one that keeps the last would read two different
 //!   requests;
-//! - a `\u` escape of a surrogate that is not half of a pair (RFC 7493 section 2.1);
-//! - a number that is not exactly the value of its canonical form (RFC 7493 section 2.2: I-JSON
-//!   numbers are read as doubles, and RFC 8785 writes the shortest form of that double). A
-//!   number of at most 15 significant digits (leading zeros do not count) with an exponent of at
-//!   most 3 digits and +-300 always is; a longer one, or one with a larger exponent, is accepted
-//!   when its decimal value equals that of the shortest form of its nearest double
-//!   (`3.141592653589793`, `0.30000000000000004`, `9007199254740991`, `1e308` are;
-//!   `9007199254740993`, whose nearest double is `9007199254740992`, and
-//!   `3.1415926535897932` are not: each would share its canonical form with a different
-//!   decimal, and a parser that keeps every digit reads the two apart). Where a double lies
-//!   exactly halfway between two shortest decimals (`600000000000000.25` between `…0.2` and
-//!   `…0.3`), only ECMAScript's even one is its shortest form: JavaScript, Python and serde_json
-//!   write it, Rust's `{}` for `f64` may write the other, which is refused. A value that
-//!   overflows a double or falls below the smallest normal double (about `2.2e-308`) is refused
-//!   too.
+//! - a `\u` escape of a surrogate that is not half of a pair (RFC 7493 section 2.1).
+//!
+//! A number is never refused (see [Numbers](#numbers)).
+//!
+//! # Numbers
+//!
+//! RFC 8785 writes a number as the ECMAScript shortest form of the double it is read as
+//! (section 3.2.2.3), which RFC 7493 section 2.2 expects it to be. A number that a double
+//! carries keeps that form: one that is exactly the decimal of the shortest form of its
+//! nearest double, in the range of normal doubles (`1.0` and `1e0` are written `1`,
+//! `3.141592653589793`, `0.30000000000000004`, `9007199254740991`, `1e308` are accepted as
+//! they are). A number of at most 15 significant digits (leading zeros do not count) with an
+//! exponent of at most 3 digits and +-300 always is one, when it is in range; a longer one, or
+//! one with a larger exponent, is one when its decimal value equals that of the shortest form
+//! of its nearest double. Where a double lies exactly halfway between two shortest decimals
+//! (`600000000000000.25` between `…0.2` and `…0.3`), only ECMAScript's even one is its
+//! shortest form: JavaScript, Python and serde_json write it, Rust's `{}` for `f64` may write
+//! the other (a different decimal, kept as written).
+//!
+//! Every other number is one that no double carries, and writing its double's form would give
+//! it the canonical form of a different decimal (`9007199254740993` and `9007199254740992` are
+//! one double; `0.1000000000000000055511151231257827021181583404541015625`, the exact value of
+//! the double nearest to `0.1`, would be written `0.1`): its canonical form is its token as
+//! written, digit for digit, exponent and sign included. That covers integers beyond 2^53
+//! (a 64-bit id such as `12345678901234567890`), decimals with more precision than a double
+//! (`3.1415926535897932`, Rust's other halfway decimal), and values beyond the range of normal
+//! doubles (`1e400`, `1e-400`, `5e-324`). RFC 7493 section 2.2 says such numbers SHOULD NOT
+//! be sent and RFC 8785 has no form for them; this one is ours.
+//!
+//! Two different numbers never share a canonical form: a token kept as written is never the
+//! shortest form of a normal double (it would then be that form's decimal, and a double would
+//! carry it). Two spellings of one such number (`12345678901234567890` and
+//! `1.2345678901234567890e19`) are two canonical forms: the fingerprint then sees two
+//! requests, a mismatch, never a wrong replay.
 //!
 //! Noncharacters such as U+FFFF, which RFC 7493 also excludes, are accepted: they have one
 //! canonical form and every parser reads them alike.
@@ -49,7 +69,9 @@
 //!
 //! Byte for byte the output of the tree-based `serde_json_canonicalizer` 0.4 over
 //! `serde_json::Value` (the implementation of fingerprint version 1 before this module), which
-//! the tests keep as the oracle, for every body both accept.
+//! the tests keep as the oracle, for every body both accept. The tree reads every number as a
+//! double, so the oracle hands it the numbers no double carries as placeholders and puts
+//! their tokens back as written.
 
 use parse::Parser;
 use sha2::{Digest, Sha256};

@@ -445,8 +445,20 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    /// A number: validates its grammar (RFC 8259 section 6), checks that a double carries it,
-    /// and keeps it as is when already in ECMAScript shortest form.
+    /// A number that no double carries (its decimal value is not the shortest form of its
+    /// nearest double, or it is beyond the range of normal doubles): its canonical form is its
+    /// token as written, digit for digit (docs/DESIGN.md, "Large numbers"). No normal double's
+    /// shortest form is that token (it would then be the decimal of that form), so it never
+    /// shares a canonical form with another number.
+    #[cold]
+    #[inline(never)]
+    fn exact_digits(&mut self, start: usize, end: usize) {
+        self.push(K_NUM, 0, start, end);
+        self.len += (end - start) as u64;
+    }
+
+    /// A number: validates its grammar (RFC 8259 section 6), and keeps it as is when already
+    /// in ECMAScript shortest form, or when no double carries it ([`Parser::exact_digits`]).
     fn number(&mut self) -> Result<(), JcsError> {
         let src = self.src;
         let start = self.pos;
@@ -555,17 +567,17 @@ impl<'a> Parser<'a> {
             offset: start,
         })?;
         if !value.is_finite() || (nonzero && !value.is_normal()) {
-            self.violate(JcsErrorKind::InexactNumber, start);
-            self.push(K_NUM, 0, start, p);
+            // Beyond the range of normal doubles: no double carries it.
+            self.exact_digits(start, p);
             return Ok(());
         }
         let mut buf = ryu_js::Buffer::new();
         let out = buf.format_finite(value).as_bytes();
         if must_be_exact && !same_decimal(token, out) {
-            // Two different decimals would share this canonical form: one of them would replay
-            // the other's record, although a parser that keeps every digit reads them apart.
-            self.violate(JcsErrorKind::InexactNumber, start);
-            self.push(K_NUM, 0, start, p);
+            // Another decimal than the shortest form of its nearest double: writing that form
+            // would give two different decimals one canonical form (one would replay the
+            // other's record, although a parser that keeps every digit reads them apart).
+            self.exact_digits(start, p);
             return Ok(());
         }
         self.len += out.len() as u64;

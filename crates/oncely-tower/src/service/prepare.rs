@@ -155,7 +155,7 @@ where
                 ErrorCode::BodyNotCanonicalizable,
                 policy.profile,
                 format!(
-                    "{e}, so it cannot be compared with an earlier request; nothing was executed. Send it without the repeated member name, lone surrogate or inexact number (a number as a string)"
+                    "{e}, so it cannot be compared with an earlier request; nothing was executed. Send it without the repeated member name or lone surrogate"
                 ),
                 policy.retry_after_secs,
             ));
