@@ -1,6 +1,7 @@
 //! Issue 11: `POST /v1/orders` as baseline (no idempotency), floor (the minimum claim and
 //! completion statements hand-written in the business transaction) and layer
-//! (`oncely_sqlx::layer` + `Tx`), in-process, on PostgreSQL and SQLite, at concurrency 16 and
+//! (`oncely_sqlx::layer` + `Tx`), in-process, on PostgreSQL, MySQL / MariaDB and SQLite, at
+//! concurrency 16 and
 //! 1; the three alternated round by round in one run, then the layer's replays (the same keys
 //! sent again). Then, at concurrency 1 with the statement counter on, the statements each
 //! variant sends per request.
@@ -8,12 +9,15 @@
 //! Run: `ONCELY_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/oncely_bench \
 //! cargo bench -p oncely-bench --bench transactional`. Knobs (environment): `ONCELY_BENCH_ROUNDS`
 //! (default 5), `ONCELY_BENCH_REQUESTS` (requests per variant per round at concurrency 16,
-//! default 1500; a quarter of it at concurrency 1), `ONCELY_BENCH_DBS` (`postgres,sqlite`).
+//! default 1500; a quarter of it at concurrency 1), `ONCELY_BENCH_DBS` (`postgres,sqlite` by
+//! default; `mysql` adds MySQL / MariaDB from `ONCELY_BENCH_MYSQL_URL`, else
+//! `ONCELY_TEST_MYSQL_URL`).
 //! Prints a Markdown table per database and concurrency. Run without `--bench` (as
 //! `cargo test --benches` does), it makes one round of 40 requests.
 //!
-//! `crates/oncely-bench/split-cores.sh` runs it with PostgreSQL on core 0 and the bench on core 1
-//! (the split of a database on a host of its own; docs/PERFORMANCE.md, issue 11 round 6).
+//! `crates/oncely-bench/split-cores.sh` runs it with the database server (PostgreSQL, or MySQL /
+//! MariaDB) on core 0 and the bench on core 1 (the split of a database on a host of its own;
+//! docs/PERFORMANCE.md, issue 11 round 6).
 
 #![allow(missing_docs)]
 
@@ -224,9 +228,12 @@ fn report(db: Db, concurrency: usize, n: usize, rounds: &[Round]) {
     }
 }
 
-/// The transaction control sqlx sends without logging it, by construction: `BEGIN` (both
-/// databases), SQLite's `COMMIT`, and the `ROLLBACK` sqlx queues when a PostgreSQL transaction
-/// is dropped (the layer's replay), which goes out with the connection's next statement. The
+/// The transaction control sqlx sends without logging it, by construction: `BEGIN`
+/// (PostgreSQL and SQLite), SQLite's `COMMIT`, and the `ROLLBACK` sqlx queues when a PostgreSQL
+/// or MySQL transaction is dropped (the layer's replay), which goes out with the connection's
+/// next statement. MySQL's `BEGIN` and `COMMIT` go through sqlx's executor and are logged (the
+/// layer's `BEGIN` is one message of three statements, `SET SESSION
+/// innodb_lock_wait_timeout = 4; BEGIN; SAVEPOINT oncely_tx`, logged as one). The
 /// SQLite layer's `BEGIN IMMEDIATE` rides in its first logged statement (the lock-free read,
 /// then the write lock and the claim, in one hop); what sqlx sends unlogged instead is the
 /// `SAVEPOINT` that hands that transaction to sqlx's bookkeeping.
@@ -234,6 +241,8 @@ fn unlogged(db: Db, variant: &str) -> (&'static str, usize, usize) {
     match (db, variant) {
         (Db::Postgres, "layer replay") => ("BEGIN; ROLLBACK (queued on drop)", 2, 0),
         (Db::Postgres, _) => ("BEGIN", 1, 0),
+        (Db::Mysql, "layer replay") => ("ROLLBACK (queued on drop)", 1, 0),
+        (Db::Mysql, _) => ("", 0, 0),
         (Db::Sqlite, "layer replay") => ("", 0, 0),
         (Db::Sqlite, "layer") => ("SAVEPOINT oncely_tx; COMMIT", 2, 1),
         (Db::Sqlite, _) => ("BEGIN IMMEDIATE; COMMIT", 2, 1),
@@ -305,12 +314,13 @@ fn main() {
         .expect("a tokio runtime");
     rt.block_on(async {
         let mut benches = Vec::new();
-        for db in [Db::Postgres, Db::Sqlite] {
+        for db in Db::ALL {
             if !dbs.split(',').any(|d| d.trim() == db.name()) {
                 continue;
             }
             let opened = match db {
                 Db::Postgres => Bench::postgres().await,
+                Db::Mysql => Bench::mysql().await,
                 Db::Sqlite => Bench::sqlite().await,
             };
             match opened {
@@ -320,14 +330,19 @@ fn main() {
         }
         // The tables' autovacuum setting and resident rows are changed on a database of the
         // bench's own only, never on the test database the URL falls back to.
-        let own_db = std::env::var_os("ONCELY_BENCH_POSTGRES_URL").is_some();
-        if timed && !own_db && dbs.contains("postgres") {
-            eprintln!(
-                "transactional/postgres: ONCELY_BENCH_POSTGRES_URL is unset: on the test database, autovacuum stays on and no resident rows are added (the figures are less comparable)"
-            );
+        let own_db =
+            |db: Db| db.own_url_var().is_none_or(|var| std::env::var_os(var).is_some());
+        for bench in &benches {
+            if timed && !own_db(bench.db) {
+                eprintln!(
+                    "transactional/{}: {} is unset: on the test database, no resident rows are added and the tables' settings stay (the figures are less comparable)",
+                    bench.db.name(),
+                    bench.db.own_url_var().unwrap_or_default()
+                );
+            }
         }
         for bench in &benches {
-            if timed && (own_db || bench.db == Db::Sqlite) {
+            if timed && own_db(bench.db) {
                 bench
                     .autovacuum(false)
                     .await
@@ -353,7 +368,7 @@ fn main() {
                 eprintln!("transactional/{}: cleanup failed: {e}", bench.db.name());
             }
             if timed
-                && (own_db || bench.db == Db::Sqlite)
+                && own_db(bench.db)
                 && let Err(e) = bench.autovacuum(true).await
             {
                 eprintln!(

@@ -1,12 +1,14 @@
 //! Issue 11's measurement: one single-phase endpoint, `POST /v1/orders` (insert one order
 //! row), built three ways as axum [`Router`]s and driven in-process (no TCP: every variant pays
-//! the same HTTP overhead, which is thus excluded), on PostgreSQL and SQLite:
+//! the same HTTP overhead, which is thus excluded), on PostgreSQL, MySQL / MariaDB and SQLite:
 //!
 //! - [`Variant::Baseline`]: `BEGIN`, the business `INSERT`, `COMMIT`, no idempotency at all;
 //! - [`Variant::Floor`]: the same plus the minimum claim and completion statements in the same
 //!   transaction, hand-written through sqlx (`INSERT ... ON CONFLICT DO NOTHING RETURNING`
 //!   into `oncely_idempotency_keys`, the business `INSERT`, the completing `UPDATE` with the
-//!   response, `COMMIT`): one commit, what any transactional idempotency layer must at least do;
+//!   response, `COMMIT`): one commit, what any transactional idempotency layer must at least do
+//!   (on MySQL, which has no `RETURNING`, the claim is `INSERT ... ON DUPLICATE KEY UPDATE`
+//!   with the `LAST_INSERT_ID(expr)` idiom instead: see [`Bench::mysql`]);
 //! - [`Variant::Layer`]: the same business `INSERT` in a handler taking
 //!   [`oncely_sqlx::Tx`] behind [`oncely_sqlx::layer`] with [`Policy::default`].
 //!
@@ -24,12 +26,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use oncely_core::{Policy, Scope, StoredResponse};
+use oncely_mysql::MySqlStore;
 use oncely_postgres::PostgresStore;
 use oncely_sqlite::SqliteStore;
 use oncely_sqlx::{Tx, TxError};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use sqlx::{PgPool, SqlitePool};
+use sqlx::{MySqlPool, PgPool, SqlitePool};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -77,21 +80,39 @@ impl Variant {
     }
 }
 
-/// The two databases.
+/// The three databases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Db {
     /// PostgreSQL from `ONCELY_BENCH_POSTGRES_URL` / `ONCELY_TEST_POSTGRES_URL`.
     Postgres,
+    /// MySQL 8 or MariaDB 10.6+ from `ONCELY_BENCH_MYSQL_URL` / `ONCELY_TEST_MYSQL_URL`.
+    Mysql,
     /// SQLite on a temporary file (WAL, `SqliteStore::connect`'s settings).
     Sqlite,
 }
 
 impl Db {
-    /// A short lower-case name (`postgres`, `sqlite`).
+    /// Every database, in report order.
+    pub const ALL: [Self; 3] = [Self::Postgres, Self::Mysql, Self::Sqlite];
+
+    /// A short lower-case name (`postgres`, `mysql`, `sqlite`), as `ONCELY_BENCH_DBS` lists it.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Postgres => "postgres",
+            Self::Mysql => "mysql",
             Self::Sqlite => "sqlite",
+        }
+    }
+
+    /// The variable that names a database of the bench's own (`ONCELY_BENCH_POSTGRES_URL`,
+    /// `ONCELY_BENCH_MYSQL_URL`; none for SQLite, always a fresh file), on which the timed bench
+    /// may add resident rows and change table settings ([`Bench::populate`],
+    /// [`Bench::autovacuum`]); the test database the URL falls back to is left as it is.
+    pub const fn own_url_var(self) -> Option<&'static str> {
+        match self {
+            Self::Postgres => Some("ONCELY_BENCH_POSTGRES_URL"),
+            Self::Mysql => Some("ONCELY_BENCH_MYSQL_URL"),
+            Self::Sqlite => None,
         }
     }
 }
@@ -99,12 +120,13 @@ impl Db {
 #[derive(Clone)]
 enum Pool {
     Pg(PgPool),
+    My(MySqlPool),
     Lite(SqlitePool),
 }
 
 /// One database with the three routers over it. Keys and orders share the store's pool
-/// (PostgreSQL: 10 connections; SQLite: the store's pool), so every variant has the same
-/// connections to work with.
+/// (PostgreSQL and MySQL: 10 connections; SQLite: the store's pool), so every variant has the
+/// same connections to work with.
 pub struct Bench {
     /// Which database.
     pub db: Db,
@@ -294,6 +316,129 @@ async fn pg_layer(mut tx: Tx<PostgresStore>, body: axum::body::Bytes) -> Result<
     tx.commit(created(&id, &order)).await
 }
 
+// ---- MySQL / MariaDB -----------------------------------------------------------------------
+
+/// The orders table on MySQL: the scope and key as bytes, as the store keeps them
+/// (`VARBINARY`, so that the clean-up's join compares like with like), the index inside the
+/// `CREATE TABLE` (MySQL has no `CREATE INDEX IF NOT EXISTS`).
+const MY_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bench_orders (
+    id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin PRIMARY KEY,
+    scope VARBINARY(1024) NOT NULL, idempotency_key VARBINARY(255) NOT NULL,
+    items TEXT NOT NULL, created_at BIGINT NOT NULL,
+    INDEX bench_orders_by_key (idempotency_key)) ENGINE = InnoDB";
+const MY_INSERT_ORDER: &str = "INSERT INTO bench_orders (id, scope, idempotency_key, items, created_at) \
+     VALUES (?, ?, ?, ?, ?)";
+/// The floor's claim on MySQL: what the store's own claim is (`oncely_mysql`'s
+/// `INSERT_CLAIM`), because nothing shorter tells an insert from a duplicate in one statement.
+/// MySQL has no `RETURNING` (MariaDB's is its own) and no `ON CONFLICT DO NOTHING`; sqlx
+/// connects with `CLIENT_FOUND_ROWS`, so the row count of `ON DUPLICATE KEY UPDATE` is 1 for
+/// both; `INSERT IGNORE` would tell them apart by its row count but turns every other error of
+/// the statement (a `CHECK`, a value too long) into a warning, which no idempotency layer may
+/// do. `ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)` changes nothing and reports
+/// the existing token as the last insert id, 0 for an insert (the table has no
+/// `AUTO_INCREMENT` column).
+const MY_FLOOR_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
+     (scope, `key`, fingerprint_version, fingerprint, token, state, lease_expires_at, created_at, \
+      expires_at) VALUES (?, ?, 1, ?, 1, 'in_flight', ?, ?, ?) \
+     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)";
+const MY_FLOOR_COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'complete', \
+     lease_expires_at = NULL, completed_at = ?, response_status = 201, response_headers = ?, \
+     response_body = ?, response_body_retained = TRUE, expires_at = ? \
+     WHERE scope = ? AND `key` = ? AND token = ? AND state = 'in_flight'";
+
+async fn my_baseline(
+    State(pool): State<MySqlPool>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, DbError> {
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
+    let id = order_id();
+    let mut tx = pool.begin().await?;
+    sqlx::query(MY_INSERT_ORDER)
+        .bind(&id)
+        .bind(SCOPE.as_bytes())
+        .bind(key_of(&headers).into_bytes())
+        .bind(items_of(&order))
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(created(&id, &order).into_response())
+}
+
+/// The floor on MySQL: sqlx's plain `BEGIN` (the store's pool gives every connection the
+/// 4-second `innodb_lock_wait_timeout` when it connects, so a hand-written handler needs no
+/// statement of its own for the bound; the layer sends it in its `BEGIN` message, with its
+/// savepoint, at no extra round trip), the claim ([`MY_FLOOR_CLAIM`]), the order, the
+/// completing `UPDATE`, `COMMIT`.
+async fn my_floor(
+    State(pool): State<MySqlPool>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, DbError> {
+    let key = key_of(&headers);
+    let digest = Sha256::digest(&body);
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
+    let now = now_ms();
+    let mut tx = pool.begin().await?;
+    let claimed = sqlx::query(MY_FLOOR_CLAIM)
+        .bind(SCOPE.as_bytes())
+        .bind(key.as_bytes())
+        .bind(&digest[..])
+        .bind(now + LEASE_MS)
+        .bind(now)
+        .bind(now + RETENTION_MS)
+        .execute(&mut *tx)
+        .await?;
+    if claimed.last_insert_id() != 0 {
+        // A duplicate: the floor measures first executions only (every key is fresh).
+        return Ok(StatusCode::CONFLICT.into_response());
+    }
+    let id = order_id();
+    sqlx::query(MY_INSERT_ORDER)
+        .bind(&id)
+        .bind(SCOPE.as_bytes())
+        .bind(key.as_bytes())
+        .bind(items_of(&order))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    let (stored_headers, body) = floor_response(&id, &order);
+    sqlx::query(MY_FLOOR_COMPLETE)
+        .bind(now_ms())
+        .bind(&stored_headers)
+        .bind(&body)
+        .bind(now + RETENTION_MS)
+        .bind(SCOPE.as_bytes())
+        .bind(key.as_bytes())
+        .bind(1_i64)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(floor_reply(body))
+}
+
+async fn my_layer(mut tx: Tx<MySqlStore>, body: axum::body::Bytes) -> Result<Response, TxError> {
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
+    let id = order_id();
+    let key = tx.id().key.as_str().as_bytes().to_vec();
+    sqlx::query(MY_INSERT_ORDER)
+        .bind(&id)
+        .bind(SCOPE.as_bytes())
+        .bind(key)
+        .bind(items_of(&order))
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit(created(&id, &order)).await
+}
+
 // ---- SQLite --------------------------------------------------------------------------------
 
 const LITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bench_orders (
@@ -457,6 +602,46 @@ impl Bench {
         })
     }
 
+    /// MySQL or MariaDB from `ONCELY_BENCH_MYSQL_URL` (or `ONCELY_TEST_MYSQL_URL`), through
+    /// `MySqlStore::connect` (10 connections, each with the store's session settings),
+    /// migrated, with the `bench_orders` table; the reason it is skipped otherwise.
+    ///
+    /// The floor is what a hand-written one-commit idempotent handler must send on MySQL, as
+    /// on PostgreSQL: `BEGIN`, the claim, the business insert, the completing `UPDATE`,
+    /// `COMMIT`. Its claim is the store's own `INSERT ... ON DUPLICATE KEY UPDATE token =
+    /// LAST_INSERT_ID(token)` (see `MY_FLOOR_CLAIM` for why nothing shorter will do).
+    ///
+    /// # Errors
+    ///
+    /// A message naming the missing variable, or the database's error.
+    pub async fn mysql() -> Result<Self, String> {
+        let url = crate::env_url("ONCELY_BENCH_MYSQL_URL", "ONCELY_TEST_MYSQL_URL")
+            .ok_or("ONCELY_BENCH_MYSQL_URL is not set")?;
+        let store = MySqlStore::connect(&url).await.map_err(|e| e.to_string())?;
+        store.migrate().await.map_err(|e| e.to_string())?;
+        let pool = store.pool().clone();
+        sqlx::query(MY_SCHEMA)
+            .execute(&pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            db: Db::Mysql,
+            pool: Pool::My(pool.clone()),
+            baseline: with_scope(
+                Router::new()
+                    .route(PATH, post(my_baseline))
+                    .with_state(pool.clone()),
+            ),
+            floor: with_scope(Router::new().route(PATH, post(my_floor)).with_state(pool)),
+            layer: with_scope(
+                Router::new()
+                    .route(PATH, post(my_layer))
+                    .layer(oncely_sqlx::layer(store, Policy::default())),
+            ),
+            _dir: None,
+        })
+    }
+
     /// SQLite on a fresh temporary file (`SqliteStore::connect`: WAL, its pool, migrated),
     /// with the `bench_orders` table.
     ///
@@ -595,7 +780,8 @@ impl Bench {
     /// inherits another's dead rows or pays for its clean-up: deletes what earlier runs left
     /// (the orders in scope [`SCOPE`] and their records), then on PostgreSQL runs `VACUUM` on
     /// `oncely_idempotency_keys` and `bench_orders`, on SQLite a `TRUNCATE` checkpoint of the
-    /// WAL. The timed bench also turns autovacuum off on the two tables for its run
+    /// WAL; on MySQL nothing more (InnoDB's purge threads remove the deleted rows in the
+    /// background, and there is no statement that waits for them). The timed bench also turns autovacuum off on the two tables for its run
     /// ([`Bench::autovacuum`]): an autovacuum that started in the middle of one variant's run
     /// slowed that variant down.
     ///
@@ -613,6 +799,7 @@ impl Bench {
                 .execute(pool)
                 .await
                 .map(drop),
+            Pool::My(_) => Ok(()),
             Pool::Lite(pool) => sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
                 .execute(pool)
                 .await
@@ -621,10 +808,11 @@ impl Bench {
         result.map_err(|e| e.to_string())
     }
 
-    /// Gives PostgreSQL's two tables the resident rows a real key table has (records kept for
-    /// the retention): [`RESIDENT`] complete records in scope [`RESIDENT_SCOPE`] and an order
-    /// each, unless they are there, then `ANALYZE`s both, so that the planner plans for a
-    /// table of that size whatever the timed runs have just deleted; nothing on SQLite.
+    /// Gives PostgreSQL's and MySQL's two tables the resident rows a real key table has
+    /// (records kept for the retention): [`RESIDENT`] complete records in scope
+    /// [`RESIDENT_SCOPE`] and an order each, unless they are there, then `ANALYZE`s both, so
+    /// that the planner plans for a table of that size whatever the timed runs have just
+    /// deleted (and InnoDB's B-trees have a real table's depth); nothing on SQLite.
     /// [`Bench::cleanup`] deletes them. (Without them, [`Bench::settle`]'s `VACUUM` of a table
     /// of only the bench's rows recorded it as empty, and the statements that read by key were
     /// planned as sequential scans: replays ran at a third of their speed.)
@@ -633,6 +821,9 @@ impl Bench {
     ///
     /// The database's error.
     pub async fn populate(&self) -> Result<(), String> {
+        if let Pool::My(pool) = &self.pool {
+            return populate_mysql(pool).await.map_err(|e| e.to_string());
+        }
         let Pool::Pg(pool) = &self.pool else {
             return Ok(());
         };
@@ -731,6 +922,20 @@ impl Bench {
                     .await,
             )
             .map(drop),
+            Pool::My(pool) => sqlx::query(
+                "DELETE k FROM oncely_idempotency_keys k JOIN bench_orders o \
+                     ON k.scope = o.scope AND k.`key` = o.idempotency_key WHERE o.scope = ?",
+            )
+            .bind(scope.as_bytes())
+            .execute(pool)
+            .await
+            .and(
+                sqlx::query("DELETE FROM bench_orders WHERE scope = ?")
+                    .bind(scope.as_bytes())
+                    .execute(pool)
+                    .await,
+            )
+            .map(drop),
             Pool::Lite(pool) => sqlx::query(
                 "DELETE FROM oncely_idempotency_keys WHERE scope = ?1 AND key IN \
                      (SELECT idempotency_key FROM bench_orders WHERE scope = ?1)",
@@ -771,6 +976,25 @@ impl Bench {
                     record.map(|(s, st, b)| (s, st.map(i64::from), b.unwrap_or_default())),
                 ))
             }
+            Pool::My(pool) => {
+                let orders: Vec<(String,)> =
+                    sqlx::query_as("SELECT id FROM bench_orders WHERE idempotency_key = ?")
+                        .bind(key.as_bytes())
+                        .fetch_all(pool)
+                        .await?;
+                let record: Option<(String, Option<i32>, Option<Vec<u8>>)> = sqlx::query_as(
+                    "SELECT state, response_status, response_body FROM oncely_idempotency_keys \
+                     WHERE scope = ? AND `key` = ?",
+                )
+                .bind(SCOPE.as_bytes())
+                .bind(key.as_bytes())
+                .fetch_optional(pool)
+                .await?;
+                Ok((
+                    orders.into_iter().map(|(id,)| id).collect(),
+                    record.map(|(s, st, b)| (s, st.map(i64::from), b.unwrap_or_default())),
+                ))
+            }
             Pool::Lite(pool) => {
                 let orders: Vec<(String,)> =
                     sqlx::query_as("SELECT id FROM bench_orders WHERE idempotency_key = ?1")
@@ -795,6 +1019,61 @@ impl Bench {
 }
 
 type Record = (String, Option<i64>, Vec<u8>);
+
+/// [`Bench::populate`] on MySQL: the numbers 1 to [`RESIDENT`] from a cross join of five digit
+/// tables (portable to MySQL 8 and MariaDB: a recursive CTE would stop at MySQL's
+/// `cte_max_recursion_depth`, 1000 by default); an existing row is kept (`ON DUPLICATE KEY
+/// UPDATE` of a column to itself).
+async fn populate_mysql(pool: &MySqlPool) -> Result<(), sqlx::Error> {
+    const NUMBERS: &str = "SELECT 1 + a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d AS i \
+        FROM (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+              UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+              UNION ALL SELECT 8 UNION ALL SELECT 9) AS a \
+        CROSS JOIN (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+              UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+              UNION ALL SELECT 8 UNION ALL SELECT 9) AS b \
+        CROSS JOIN (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+              UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+              UNION ALL SELECT 8 UNION ALL SELECT 9) AS c \
+        CROSS JOIN (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+              UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+              UNION ALL SELECT 8 UNION ALL SELECT 9) AS e \
+        CROSS JOIN (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+              UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+              UNION ALL SELECT 8 UNION ALL SELECT 9) AS f";
+    let now = now_ms();
+    let keys = format!(
+        "INSERT INTO oncely_idempotency_keys (scope, `key`, fingerprint_version, fingerprint, \
+         token, state, completed_at, response_status, response_headers, response_body, \
+         response_body_retained, created_at, expires_at) \
+         SELECT ?, CONCAT('resident-', n.i), 1, UNHEX(SHA2(n.i, 256)), 1, 'complete', ?, 201, \
+         '', '{{}}', TRUE, ?, ? FROM ({NUMBERS}) AS n WHERE n.i <= ? \
+         ON DUPLICATE KEY UPDATE token = token"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(keys))
+        .bind(RESIDENT_SCOPE.as_bytes())
+        .bind(now)
+        .bind(now)
+        .bind(now + RETENTION_MS)
+        .bind(RESIDENT)
+        .execute(pool)
+        .await?;
+    let orders = format!(
+        "INSERT INTO bench_orders (id, scope, idempotency_key, items, created_at) \
+         SELECT CONCAT('ord_resident_', n.i), ?, CONCAT('resident-', n.i), '[]', ? \
+         FROM ({NUMBERS}) AS n WHERE n.i <= ? ON DUPLICATE KEY UPDATE id = id"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(orders))
+        .bind(RESIDENT_SCOPE.as_bytes())
+        .bind(now)
+        .bind(RESIDENT)
+        .execute(pool)
+        .await?;
+    sqlx::raw_sql("ANALYZE TABLE oncely_idempotency_keys, bench_orders")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
 
 /// `POST /v1/orders` with `Idempotency-Key: key`, `content-type: application/json` and
 /// [`BODY`].

@@ -367,12 +367,13 @@ pub fn render(policy: &Policy) -> String {
     let _ = writeln!(w, "## Duplicates while the first request runs\n");
     let _ = writeln!(
         w,
-        "Writes commit their claim inside their own database transaction (on the SQLite and \
-         PostgreSQL stores). `POST /v1/orders` is one transaction: a duplicate that arrives \
-         while the first is still in it waits for it, then gets the first request's response \
-         replayed (or runs, if the first rolled back). At the server running the first it waits \
-         up to 4 s with no database connection; at another server on PostgreSQL up to 1 s, in \
-         tries of 10 ms that hold no connection in between; from another process on SQLite up \
+        "Writes commit their claim inside their own database transaction (on the SQLite, \
+         PostgreSQL and MySQL / MariaDB stores). `POST /v1/orders` is one transaction: a \
+         duplicate that arrives while the first is still in it waits for it, then gets the \
+         first request's response replayed (or runs, if the first rolled back). At the server \
+         running the first it waits up to 4 s with no database connection; at another server \
+         on PostgreSQL and MariaDB up to 1 s, in short tries that hold no connection in \
+         between (MySQL 8: up to 4 s on the key's row); from another process on SQLite up \
          to 5 s, the database's write lock wait. Only past that bound does it get \
          `409 idempotency_request_in_flight` with `Retry-After` (`503` from another process on \
          SQLite). `POST /v1/payments` commits its first step before calling the card \

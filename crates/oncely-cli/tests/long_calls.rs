@@ -6,8 +6,9 @@
 //! no key is taken over (`oncely_lease_takeovers_total` stays 0); the processor sees the charge
 //! and the e-mail called once each.
 //!
-//! PostgreSQL, Redis and Redis Cluster runs skip, printing why, when `ONCELY_TEST_POSTGRES_URL`,
-//! `ONCELY_TEST_REDIS_URL` or `ONCELY_TEST_REDIS_CLUSTER_URL` is unset.
+//! PostgreSQL, MySQL / MariaDB, Redis and Redis Cluster runs skip, printing why, when
+//! `ONCELY_TEST_POSTGRES_URL`, `ONCELY_TEST_MYSQL_URL`, `ONCELY_TEST_REDIS_URL` or
+//! `ONCELY_TEST_REDIS_CLUSTER_URL` is unset.
 
 mod common;
 
@@ -172,6 +173,15 @@ fn slow_outside_calls_keep_the_lease_on_postgres() {
 }
 
 #[test]
+fn slow_outside_calls_keep_the_lease_on_mysql() {
+    let Ok(url) = std::env::var("ONCELY_TEST_MYSQL_URL") else {
+        eprintln!("skipped: ONCELY_TEST_MYSQL_URL is unset");
+        return;
+    };
+    run(&url);
+}
+
+#[test]
 fn slow_outside_calls_keep_the_lease_on_redis() {
     let Ok(url) = std::env::var("ONCELY_TEST_REDIS_URL") else {
         eprintln!("skipped: ONCELY_TEST_REDIS_URL is unset");
@@ -190,23 +200,36 @@ fn slow_outside_calls_keep_the_lease_on_a_redis_cluster() {
     run(&url);
 }
 
-/// Two `oncely serve` on one PostgreSQL database, and a charge that takes 6 s. Server `a`
-/// (`--shutdown-grace-secs 1`) gets the payment and a SIGTERM 3 s into the charge; duplicates
-/// go to server `b` every 300 ms. `a` does not hand the key over while its charge runs: it
-/// keeps the lease until the charge returns, records it, and stops at that recovery point;
-/// `b`'s retry then resumes after the charge. The processor sees the charge called once.
 #[test]
 fn a_shutdown_during_a_charge_does_not_hand_the_key_over_on_postgres() {
     let Ok(store) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
         eprintln!("skipped: ONCELY_TEST_POSTGRES_URL is unset");
         return;
     };
+    shutdown_during_a_charge(&store);
+}
+
+#[test]
+fn a_shutdown_during_a_charge_does_not_hand_the_key_over_on_mysql() {
+    let Ok(store) = std::env::var("ONCELY_TEST_MYSQL_URL") else {
+        eprintln!("skipped: ONCELY_TEST_MYSQL_URL is unset");
+        return;
+    };
+    shutdown_during_a_charge(&store);
+}
+
+/// Two `oncely serve` on one database (`store`), and a charge that takes 6 s. Server `a`
+/// (`--shutdown-grace-secs 1`) gets the payment and a SIGTERM 3 s into the charge; duplicates
+/// go to server `b` every 300 ms. `a` does not hand the key over while its charge runs: it
+/// keeps the lease until the charge returns, records it, and stops at that recovery point;
+/// `b`'s retry then resumes after the charge. The processor sees the charge called once.
+fn shutdown_during_a_charge(store: &str) {
     let processor = start(&["processor", "--charge-delay-ms", "6000"]);
     let serve = |grace: &str| {
         start(&[
             "serve",
             "--store",
-            &store,
+            store,
             "--processor-url",
             &processor.url,
             "--shutdown-grace-secs",

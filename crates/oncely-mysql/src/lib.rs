@@ -71,10 +71,14 @@
 //!
 //! The statements are the common subset of MySQL 8.0 and MariaDB 10.6: `SKIP LOCKED` (MySQL
 //! 8.0.1, MariaDB 10.6) is the floor, `CHECK` constraints are enforced from MySQL 8.0.16 and
-//! MariaDB 10.2, and no statement uses `RETURNING`, `SET STATEMENT`, `@@in_transaction` or the
-//! `VALUES()` function of `ON DUPLICATE KEY UPDATE` (deprecated in MySQL 8.0.20). The tests
-//! ran against **MariaDB 10.11** only; MySQL 8 has not been run. Where the two are known to
-//! differ without touching these statements: MySQL 8.0's default collation is
+//! MariaDB 10.2, and no statement uses `RETURNING`, `@@in_transaction` or the `VALUES()`
+//! function of `ON DUPLICATE KEY UPDATE` (deprecated in MySQL 8.0.20). One statement differs on
+//! purpose: the insert of a try of [`MySqlStore::claim_tx`] carries MariaDB's `SET STATEMENT
+//! innodb_lock_wait_timeout = 0 FOR` in a MariaDB-only executable comment (`/*M!100600 */`), so
+//! that a duplicate does not wait on its connection for a key another transaction holds; MySQL
+//! reads it as a comment and waits up to 4 seconds there, as it has no per-statement bound for
+//! InnoDB. The tests ran against **MariaDB 10.11** only; MySQL 8 has not been run. Where the
+//! two are known to differ without touching these statements: MySQL 8.0's default collation is
 //! `utf8mb4_0900_ai_ci`, MariaDB's `utf8mb4_general_ci` (neither is used here); MySQL names the
 //! isolation variable `transaction_isolation`, MariaDB before 11.1 `tx_isolation`.
 //!

@@ -84,6 +84,17 @@ pub(crate) const SELECT_RECORD_LOCKED: &str = concat!(
     " FROM oncely_idempotency_keys WHERE scope = ? AND `key` = ? FOR UPDATE"
 );
 
+/// [`INSERT_CLAIM`]'s text (a macro, so that [`INSERT_CLAIM_TRY`] can include it).
+macro_rules! insert_claim {
+    () => {
+        "INSERT INTO oncely_idempotency_keys \
+         (scope, `key`, fingerprint_version, fingerprint, token, state, lease_expires_at, \
+          request, created_at, expires_at) \
+         VALUES (?, ?, ?, ?, 1, 'in_flight', ?, ?, ?, ?) \
+         ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)"
+    };
+}
+
 /// A first claim: scope, key, fingerprint version, digest, lease expiry, request, now,
 /// expires_at. The primary key arbitrates: of any number of concurrent inserts, one inserts the
 /// row (token 1); the others find it (after waiting for its transaction, if that is still open)
@@ -97,11 +108,26 @@ pub(crate) const SELECT_RECORD_LOCKED: &str = concat!(
 /// count cannot tell them apart: with `CLIENT_FOUND_ROWS` both are 1. On a duplicate the
 /// statement takes an exclusive lock on that index record (a record lock, no gap lock: it is the
 /// primary key), so [`SELECT_RECORD_LOCKED`] after it waits for nothing more.
-pub(crate) const INSERT_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
-    (scope, `key`, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
-     created_at, expires_at) \
-    VALUES (?, ?, ?, ?, 1, 'in_flight', ?, ?, ?, ?) \
-    ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token)";
+pub(crate) const INSERT_CLAIM: &str = insert_claim!();
+
+/// [`INSERT_CLAIM`] as one try of `MySqlStore::claim_tx` (docs/DESIGN.md, "Duplicates while
+/// the first transaction is open"): on MariaDB it does not wait at all for a key that another
+/// open transaction holds, and fails at once with error 1205 (the lock wait timeout), for the
+/// claim to give its connection back and try again later. The bound rides in the statement:
+/// `SET STATEMENT innodb_lock_wait_timeout = 0 FOR` sets the variable for this statement only
+/// (MariaDB 10.1.2; 0, "no wait", from 10.3), so the handler's statements after the claim keep
+/// the transaction's 4 seconds with no statement to put them back, and a new key's claim stays
+/// one statement. It sits in a MariaDB executable comment (`/*M!100600 ... */`, run by MariaDB
+/// 10.6 and later, a comment to MySQL). MySQL 8 has no `SET STATEMENT`; its `SET_VAR` hint
+/// takes no InnoDB variable (Percona Server documents adding that as its own extension); and
+/// its `innodb_lock_wait_timeout` is at least 1 second: there a try waits for the key with the
+/// transaction's bound (4 seconds), as before, holding its connection (not run on MySQL here).
+/// Verified on MariaDB 10.11 only: prepared with its placeholders, error 1205 at once on a held
+/// key, the session's value unchanged after it.
+pub(crate) const INSERT_CLAIM_TRY: &str = concat!(
+    "/*M!100600 SET STATEMENT innodb_lock_wait_timeout = 0 FOR */ ",
+    insert_claim!()
+);
 
 /// A takeover of a lapsed lease: a new token and lease; the fingerprint, recovery point,
 /// `created_at`, the original request and the completer's attempts are kept (the same request

@@ -64,7 +64,12 @@ use std::time::Duration;
 /// [`TX_LOCK_TIMEOUT`](Self::TX_LOCK_TIMEOUT) (4 seconds) in the message that begins it, and
 /// [`connect`](Self::connect) on every connection (so a statement outside such a transaction is
 /// bounded too): never the server's 50-second default. A claim past it is answered in flight
-/// (`409`); another operation fails with [`StoreError::Unavailable`] (`503`, retryable).
+/// (`409`); another operation fails with [`StoreError::Unavailable`] (`503`, retryable). The
+/// claim of [`MySqlStore::claim_tx`] (a transactional handler's, and the pool-level
+/// [`KeyStore::claim`]) waits for a held key in tries instead: on MariaDB each try's insert
+/// does not wait at all, and gives its connection back between tries, for at most
+/// [`CLAIM_WAIT`](Self::CLAIM_WAIT) (1 second) in all (docs/DESIGN.md, "Duplicates while the
+/// first transaction is open"); on MySQL 8 a try waits up to the 4 seconds.
 ///
 /// # Clocks
 ///

@@ -70,12 +70,35 @@ impl MySqlStore {
         self.pool().begin_with(sql::BEGIN).await.map_err(map)
     }
 
-    /// Begins a transaction ([`MySqlStore::begin_tx`]) and claims `(scope, key)` in it
-    /// ([`MySqlStore::claim_in`]). Returns the outcome and, exactly when it is
+    /// How long [`claim_tx`](Self::claim_tx) goes on trying to claim a key that another open
+    /// transaction holds before it answers [`ClaimOutcome::InFlight`]: 1 second, as
+    /// PostgreSQL's `PostgresStore::CLAIM_WAIT`.
+    pub const CLAIM_WAIT: Duration = Duration::from_secs(1);
+
+    /// The pause after the first try of [`claim_tx`](Self::claim_tx) that found the key held
+    /// (20 milliseconds), doubling up to 200 milliseconds.
+    const CLAIM_PAUSE: Duration = Duration::from_millis(20);
+
+    /// Begins a transaction ([`MySqlStore::begin_tx`]) and claims `(scope, key)` in it, as
+    /// [`MySqlStore::claim_in`] does. Returns the outcome and, exactly when it is
     /// [`ClaimOutcome::Claimed`], the open transaction that holds the claim: commit it (alone,
     /// as [`KeyStore::claim`](oncely_core::KeyStore::claim) does, or with the business writes);
     /// dropping it rolls the claim back. An answer (replay, in flight, mismatch) comes without
     /// a transaction: nothing was written, and the one that read the record is rolled back.
+    ///
+    /// A key that another open transaction holds (a duplicate of a request that another
+    /// process is running in its first phase) is waited for in short tries, so that a burst of
+    /// such duplicates cannot hold a pool's connections (docs/DESIGN.md, "Duplicates while the
+    /// first transaction is open"): on MariaDB each try's insert does not wait for the key at
+    /// all (`SET STATEMENT innodb_lock_wait_timeout = 0` for that statement only, see
+    /// `sql::INSERT_CLAIM_TRY`); a try that finds it held rolls back, gives its connection back
+    /// and pauses (20 milliseconds, doubling up to 200) with no connection held; the next try
+    /// replays the first request's response once it committed, or claims the key if it rolled
+    /// back. After [`CLAIM_WAIT`](Self::CLAIM_WAIT) the answer is [`ClaimOutcome::InFlight`]
+    /// (`409` with `Retry-After` from the layer). The handler's statements after the claim keep
+    /// the transaction's [`TX_LOCK_TIMEOUT`](Self::TX_LOCK_TIMEOUT) (4 seconds). On MySQL 8,
+    /// which cannot bound one statement's lock wait, a try waits up to that bound on its
+    /// connection, and the answer after it is the same `409`.
     ///
     /// A transaction that InnoDB rolled back as a deadlock's victim (error 1213, see the type
     /// docs) is begun and claimed again, up to 8 times.
@@ -87,20 +110,75 @@ impl MySqlStore {
         &self,
         req: &ClaimRequest,
     ) -> Result<(ClaimOutcome, Option<Transaction<'static, MySql>>), StoreError> {
-        retry_deadlocks!(self.claim_tx_once(req).await)
+        let started = std::time::Instant::now();
+        let mut pause = Self::CLAIM_PAUSE;
+        loop {
+            if let Some(done) = retry_deadlocks!(self.claim_tx_once(req).await)? {
+                return Ok(done);
+            }
+            // The key was held: the try's transaction is rolled back and its connection is
+            // back in the pool for the pause.
+            let left = Self::CLAIM_WAIT.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Ok((self.in_flight(), None));
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
     }
 
+    /// One try of [`claim_tx`](Self::claim_tx); `None` when the key was held by another open
+    /// transaction.
     async fn claim_tx_once(
         &self,
         req: &ClaimRequest,
-    ) -> Result<(ClaimOutcome, Option<Transaction<'static, MySql>>), StoreError> {
+    ) -> Result<Option<(ClaimOutcome, Option<Transaction<'static, MySql>>)>, StoreError> {
         let mut tx = self.begin_tx().await?;
-        let outcome = self.claim_in(&mut tx, req).await?;
+        let outcome = self.claim_on(&mut tx, req, sql::INSERT_CLAIM_TRY).await?;
         match outcome {
-            ClaimOutcome::Claimed(_) => Ok((outcome, Some(tx))),
+            Some(outcome @ ClaimOutcome::Claimed(_)) => Ok(Some((outcome, Some(tx)))),
             // Nothing was written. Dropping `tx` rolls it back (releasing the row lock the
             // insert took), sent with the pool's check of the connection as it is returned.
-            other => Ok((other, None)),
+            Some(other) => Ok(Some((other, None))),
+            None => Ok(self.answer_unlocked(&mut tx, req).await?.map(|a| (a, None))),
+        }
+    }
+
+    /// The answer to a claim whose try found the key's row locked, from a consistent read
+    /// (InnoDB's non-locking read of the latest committed version: it never waits), when the
+    /// shared rule answers without a write: a replay of a completed record, in flight while a
+    /// committed lease lives, a mismatch. `None` (try again later) when the record is not
+    /// committed yet (another transaction's claim of a new key) or the rule would claim it (a
+    /// lapsed lease, a released record: that needs the row's lock). Needed because on MySQL a
+    /// claim of an existing key locks its row (`ON DUPLICATE KEY UPDATE` takes the exclusive
+    /// lock even when it changes nothing), so concurrent replays of one completed key hold it
+    /// in turn: without this read, a burst of replays would find it held try after try and be
+    /// answered in flight.
+    async fn answer_unlocked(
+        &self,
+        conn: &mut MySqlConnection,
+        req: &ClaimRequest,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        let row = sqlx::query(sql::SELECT_RECORD)
+            .bind(req.id.scope.as_str().as_bytes())
+            .bind(req.id.key.as_str().as_bytes())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let existing = record_from_row(&row)?;
+        match decide(Some(&existing), req, self.clock().now_millis()) {
+            Decision::Answer(answer) => Ok(Some(answer)),
+            Decision::Claim { .. } => Ok(None),
+        }
+    }
+
+    /// The in-flight answer to a claim that found the key held past its wait.
+    fn in_flight(&self) -> ClaimOutcome {
+        ClaimOutcome::InFlight {
+            lease_expires_at: self.clock().now_millis(),
         }
     }
 
@@ -133,22 +211,36 @@ impl MySqlStore {
         conn: &mut MySqlConnection,
         req: &ClaimRequest,
     ) -> Result<ClaimOutcome, StoreError> {
+        // The key is held by an open transaction longer than we may wait: to the client that is
+        // "in flight" (409 with Retry-After), never a 5xx.
+        Ok(self
+            .claim_on(conn, req, sql::INSERT_CLAIM)
+            .await?
+            .unwrap_or_else(|| self.in_flight()))
+    }
+
+    /// The claim's rounds on `conn` with `insert` as its first statement ([`sql::INSERT_CLAIM`],
+    /// or [`sql::INSERT_CLAIM_TRY`]); `None` when that insert's wait for a key another open
+    /// transaction holds ran out (error 1205, which rolls back the statement only).
+    async fn claim_on(
+        &self,
+        conn: &mut MySqlConnection,
+        req: &ClaimRequest,
+        insert: &'static str,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
         let len = req.id.scope.as_str().len();
         if len > Self::MAX_SCOPE_BYTES {
             return Err(MySqlStoreError::ScopeTooLong { len }.into());
         }
         let request = req.request.as_ref().map(StoredRequest::encode);
         for _ in 0..Self::MAX_CLAIM_ROUNDS {
-            match self.claim_round_in(conn, req, request.as_deref()).await {
-                Ok(Some(outcome)) => return Ok(outcome),
+            match self
+                .claim_round_in(conn, req, request.as_deref(), insert)
+                .await
+            {
+                Ok(Some(outcome)) => return Ok(Some(outcome)),
                 Ok(None) => {}
-                Err(e) if number(&e) == Some(LOCK_WAIT_TIMEOUT) => {
-                    // The key is held by an open transaction longer than we may wait: to the
-                    // client that is "in flight" (409 with Retry-After), never a 5xx.
-                    return Ok(ClaimOutcome::InFlight {
-                        lease_expires_at: self.clock().now_millis(),
-                    });
-                }
+                Err(e) if number(&e) == Some(LOCK_WAIT_TIMEOUT) => return Ok(None),
                 Err(e) => return Err(map(e)),
             }
         }
@@ -165,13 +257,14 @@ impl MySqlStore {
         conn: &mut MySqlConnection,
         req: &ClaimRequest,
         request: Option<&[u8]>,
+        insert: &'static str,
     ) -> Result<Option<ClaimOutcome>, sqlx::Error> {
         let now = self.clock().now_millis();
         let lease_expires_at = now.saturating_add(lease_millis(req.lease));
         let expires_at = now.saturating_add(duration_millis(req.retention));
         let scope = req.id.scope.as_str().as_bytes();
         let key = req.id.key.as_str().as_bytes();
-        let inserted = sqlx::query(sql::INSERT_CLAIM)
+        let inserted = sqlx::query(insert)
             .bind(scope)
             .bind(key)
             .bind(i32::from(req.fingerprint.version()))

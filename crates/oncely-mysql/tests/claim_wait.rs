@@ -2,9 +2,10 @@
 //! transaction's claim of the same key, and what it answers once that transaction ends: the
 //! insert waits on the uncommitted row; after a commit it finds the row and its locking read
 //! reads the committed record; after a rollback the insert goes through and the waiting request
-//! claims the key. The wait is bounded by the 4-second `innodb_lock_wait_timeout` that every
-//! claim transaction sets, also on a pool whose sessions run with the server's 50-second
-//! default.
+//! claims the key. The wait is bounded, also on a pool whose sessions run with the server's
+//! 50-second default: on MariaDB by `MySqlStore::CLAIM_WAIT` (1 second of tries that do not
+//! wait for the key), on MySQL 8 by the 4-second `innodb_lock_wait_timeout` that every claim
+//! transaction sets.
 //!
 //! Skipped, with a message, when `ONCELY_TEST_MYSQL_URL` is unset (`.ci/run` sets it).
 
