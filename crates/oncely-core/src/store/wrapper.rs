@@ -1,5 +1,6 @@
 //! [`StoreWrapper`]: a store that changes a few operations of another one writes only those.
 
+use super::operator::{Operator, OperatorError, RecordFilter, RecordPage, RecordVersion};
 use super::{
     ClaimOutcome, ClaimRequest, KeyStore, Maintenance, ReapReport, RedriveNote, StoreError,
 };
@@ -160,6 +161,62 @@ pub trait StoreWrapper: Send + Sync + 'static {
     {
         self.inner()?.list_marked(limit).await
     }
+
+    /// [`Operator::list_records`]; forwards by default.
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<RecordPage, OperatorError>
+    where
+        Self::Inner: Operator,
+    {
+        self.inner()?.list_records(filter, limit, cursor).await
+    }
+
+    /// [`Operator::release_record`]; forwards by default.
+    async fn release_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        force: bool,
+    ) -> Result<Record, OperatorError>
+    where
+        Self::Inner: Operator,
+    {
+        self.inner()?.release_record(id, seen, force).await
+    }
+
+    /// [`Operator::resolve_record`]; forwards by default.
+    async fn resolve_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        response: StoredResponse,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Record, OperatorError>
+    where
+        Self::Inner: Operator,
+    {
+        self.inner()?
+            .resolve_record(id, seen, response, retention, force)
+            .await
+    }
+
+    /// [`Operator::retry_record`]; forwards by default.
+    async fn retry_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        attempts: u32,
+    ) -> Result<Record, OperatorError>
+    where
+        Self::Inner: Operator,
+    {
+        self.inner()?.retry_record(id, seen, attempts).await
+    }
 }
 
 #[async_trait]
@@ -227,6 +284,47 @@ where
     }
     async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         StoreWrapper::list_marked(self, limit).await
+    }
+}
+
+#[async_trait]
+impl<W: StoreWrapper> Operator for W
+where
+    W::Inner: Operator,
+{
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<RecordPage, OperatorError> {
+        StoreWrapper::list_records(self, filter, limit, cursor).await
+    }
+    async fn release_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        force: bool,
+    ) -> Result<Record, OperatorError> {
+        StoreWrapper::release_record(self, id, seen, force).await
+    }
+    async fn resolve_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        response: StoredResponse,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Record, OperatorError> {
+        StoreWrapper::resolve_record(self, id, seen, response, retention, force).await
+    }
+    async fn retry_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        attempts: u32,
+    ) -> Result<Record, OperatorError> {
+        StoreWrapper::retry_record(self, id, seen, attempts).await
     }
 }
 
