@@ -109,6 +109,7 @@ mod index;
 mod key_store;
 mod keys;
 mod maintenance;
+mod operator;
 mod persistence;
 mod scripts;
 mod store;
