@@ -8,6 +8,7 @@ use crate::index::IndexReader;
 use crate::keys::{self, IndexKind};
 use crate::scripts::{Lua, SCRIPTS};
 use crate::store::{RedisStore, millis};
+use crate::walk::ScanSteps;
 use async_trait::async_trait;
 use oncely_core::store::operator::{cursor_start, encode_cursor, page_size};
 use oncely_core::{
@@ -16,9 +17,6 @@ use oncely_core::{
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// How many keys one `SCAN` step asks for (per primary).
-const SCAN_COUNT: usize = 1000;
 
 /// How many index entries one read asks of one index key.
 const INDEX_PAGE: usize = 1000;
@@ -141,25 +139,10 @@ impl RedisStore {
             Some(scope) => keys::scope_scan_pattern(&self.namespace, scope.as_str()),
             None => keys::scan_pattern(&self.namespace),
         };
-        let mut conn = self.conn.clone();
-        for primary in self.run(conn.primaries()).await? {
-            let mut cursor: u64 = 0;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT);
-                let (next, found): (u64, Vec<Vec<u8>>) =
-                    self.run(conn.query_on(primary, &scan)).await?;
-                for name in found {
-                    first.offer(name);
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
+        let mut steps = ScanSteps::open(self, pattern).await?;
+        while let Some((_, found)) = steps.next().await? {
+            for name in found {
+                first.offer(name);
             }
         }
         Ok(())

@@ -148,6 +148,13 @@ local function lease_live(k, now)
   local lease_at = tonumber(redis.call('HGET', k, 'lease'))
   return lease_at ~= nil and lease_at > now
 end
+-- The end of a change that set the record's retention end: its TTL, its index entries, and
+-- the reply with the record as it is now.
+local function changed(k, now, expires)
+  set_ttl(k, now, expires)
+  index(k, now)
+  return {'ok', redis.call('HGETALL', k)}
+end
 -- Raises the record's fencing token by one (every operator change does).
 local function bump(k)
   redis.call('HSET', k, 'token', int(tonumber(redis.call('HGET', k, 'token')) + 1))
@@ -390,10 +397,7 @@ bump(k)
 redis.call('HDEL', k, 'lease', 'rp', 'req', 'attempts', 'next_attempt', 'marked',
   'status', 'headers', 'body', 'retained', 'completed')
 redis.call('HSET', k, 'state', 'released')
-local expires = tonumber(redis.call('HGET', k, 'expires')) or now
-set_ttl(k, now, expires)
-index(k, now)
-return {'ok', redis.call('HGETALL', k)}
+return changed(k, now, tonumber(redis.call('HGET', k, 'expires')) or now)
 "#
 );
 
@@ -417,9 +421,7 @@ local expires = now + tonumber(ARGV[9])
 redis.call('HDEL', k, 'lease', 'rp', 'req', 'marked', 'next_attempt')
 redis.call('HSET', k, 'state', 'complete', 'status', ARGV[5], 'headers', ARGV[6],
   'body', ARGV[7], 'retained', ARGV[8], 'completed', int(now), 'expires', int(expires))
-set_ttl(k, now, expires)
-index(k, now)
-return {'ok', redis.call('HGETALL', k)}
+return changed(k, now, expires)
 "#
 );
 

@@ -11,7 +11,7 @@
 mod common;
 
 use async_trait::async_trait;
-use common::Raw;
+use common::{Raw, entry};
 use oncely_conformance::claim_req;
 use oncely_core::{
     ClaimKind, ClaimOutcome, IdempotencyKey, KeyStore, Maintenance, ManualClock, Operator,
@@ -50,18 +50,6 @@ async fn stores(clock: &ManualClock) -> Vec<(RedisStore, Raw)> {
         out.push((store, Raw::open(&url).await));
     }
     out
-}
-
-/// The score of `id`'s entry in its `kind` index, if it has one.
-async fn entry(raw: &mut Raw, store: &RedisStore, kind: IndexKind, id: &RecordKey) -> Option<i64> {
-    let score: Option<f64> = raw
-        .query(
-            redis::cmd("ZSCORE")
-                .arg(store.index_key_of(id, kind))
-                .arg(store.key_of(id)),
-        )
-        .await;
-    score.map(|s| s as i64)
 }
 
 fn id(scope: &str, key: &str) -> RecordKey {
