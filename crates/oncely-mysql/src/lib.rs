@@ -85,6 +85,7 @@
 //! promise: effectively-once").
 
 mod error;
+mod operator;
 mod row;
 mod sql;
 mod store;

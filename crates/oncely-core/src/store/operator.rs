@@ -499,6 +499,26 @@ pub fn retried(rec: &Record, seen: RecordVersion, attempts: u32) -> Record {
     }
 }
 
+/// Why a store's guarded write of `change` matched no row, from the record as read afterwards
+/// (`current`): the error of [`check_change`], or [`OperatorError::Changed`] when the record
+/// passes it now (it changed and changed back in between). For the SQL stores, whose write
+/// holds [`check_change`]'s conditions in its `WHERE` clause.
+pub fn missed(
+    current: Option<&Record>,
+    seen: RecordVersion,
+    change: Change,
+    now: UnixMillis,
+) -> OperatorError {
+    match (check_change(current, seen, change, now), current) {
+        (Err(e), _) => e,
+        (Ok(()), Some(rec)) => OperatorError::Changed {
+            state: rec.state_name(),
+            token: rec.token.0,
+        },
+        (Ok(()), None) => OperatorError::NotFound,
+    }
+}
+
 /// `limit` as a page size: at least 1, at most [`MAX_PAGE`].
 pub fn page_size(limit: usize) -> usize {
     limit.clamp(1, MAX_PAGE)
