@@ -329,7 +329,7 @@ fn sorted(ids: &[RecordKey]) -> Vec<RecordKey> {
 #[tokio::test]
 async fn listings_page_through_every_primary() {
     let clock = clock_in_2007();
-    for (store, _raw) in stores(&clock).await {
+    for (store, mut raw) in stores(&clock).await {
         let run = uuid::Uuid::new_v4();
         let scopes = [format!("a-{run}"), format!("b-{run}")];
         let mut live = Vec::new();
@@ -441,5 +441,22 @@ async fn listings_page_through_every_primary() {
             store.list_records(&f, 1, Some("not a cursor")).await,
             Err(OperatorError::BadCursor)
         ));
+        // An entry whose record is gone (Redis expired it) is not listed, and is repaired.
+        let gone = id(&scopes[0], "gone");
+        let _: i64 = raw
+            .query(
+                redis::cmd("ZADD")
+                    .arg(store.index_key_of(&gone, IndexKind::Lease))
+                    .arg(1)
+                    .arg(store.key_of(&gone)),
+            )
+            .await;
+        let in_flight = f
+            .clone()
+            .with_in_flight(true)
+            .with_scope(Some(Scope::new(&scopes[0])));
+        let got = every_page(&store, &in_flight, 100).await;
+        assert!(!got.contains(&gone));
+        assert_eq!(entry(&mut raw, &store, IndexKind::Lease, &gone).await, None);
     }
 }
