@@ -392,6 +392,18 @@ mod tests {
         let note = RedriveNote::Mark;
         assert!(closed(store.note_redrive(&id, t, 0, note).await.map(drop)));
         assert!(closed(store.list_marked(10).await.map(drop)));
+        // The operator's operations too (the memory store is an `Operator`).
+        let ops: Arc<dyn Operator> = gate.clone();
+        let v = RecordVersion::new(t, "in_flight");
+        let refused = |r: Result<(), OperatorError>| {
+            matches!(r, Err(OperatorError::Store(StoreError::Unavailable(_))))
+        };
+        let all = RecordFilter::default();
+        assert!(refused(ops.list_records(&all, 10, None).await.map(drop)));
+        assert!(refused(ops.release_record(&id, v, true).await.map(drop)));
+        let resolve = ops.resolve_record(&id, v, resp(), d, true).await;
+        assert!(refused(resolve.map(drop)));
+        assert!(refused(ops.retry_record(&id, v, 0).await.map(drop)));
         assert_eq!(
             gate.inner.get(&id).await.unwrap(),
             None,
@@ -414,5 +426,12 @@ mod tests {
         assert_eq!(rec.recovery_point(), Some("p"));
         assert_eq!(rec.token, c.token);
         assert_eq!(store.list_marked(10).await.unwrap(), vec![]);
+        let page = ops.list_records(&all, 10, None).await.unwrap();
+        assert_eq!(page.records, vec![rec.clone()]);
+        let released = ops
+            .release_record(&id, RecordVersion::of(&rec), true)
+            .await
+            .unwrap();
+        assert_eq!(gate.inner.get(&id).await.unwrap(), Some(released));
     }
 }
