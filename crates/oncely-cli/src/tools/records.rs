@@ -284,9 +284,7 @@ async fn open(url: &StoreUrl) -> Result<Arc<dyn Operator>> {
         Existing::Postgres(s) => Arc::new(s),
         #[cfg(feature = "mysql")]
         Existing::Mysql(s) => Arc::new(s),
-        Existing::Redis(_) => bail!(
-            "oncely records does not support the Redis store yet (its operator operations are not implemented)"
-        ),
+        Existing::Redis(s) => Arc::new(s),
     })
 }
 
