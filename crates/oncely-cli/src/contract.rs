@@ -260,6 +260,21 @@ pub fn render(policy: &Policy) -> String {
     );
     let _ = writeln!(
         w,
+        "What the API's operator does with such a key (the `oncely_records_marked` gauge of \
+         `GET /metrics` counts them, and the reaper logs each one on every pass): find it with \
+         `oncely records list --marked`, read it with `oncely records show SCOPE KEY` (its \
+         recovery point says how far the request got), find out in the systems it calls whether \
+         it took effect, then settle it: `oncely records resolve SCOPE KEY --status N --body FILE \
+         [--header 'Name: value']` stores the answer a person decided, and every retry with the \
+         key replays it; `oncely records retry SCOPE KEY` lets the completer re-drive it once \
+         more (when the system it calls is back); `oncely records release SCOPE KEY` forgets it, \
+         and the next request with the key executes anew (only when nothing of it took effect). \
+         Every change is fenced on the record as read (a change made meanwhile refuses it), asks \
+         for confirmation, and is logged with `--reason` and who ran it. Runbook: \
+         docs/OPERATIONS.md.\n"
+    );
+    let _ = writeln!(
+        w,
         "Health: `GET /healthz` is `200` while the process serves; `GET /readyz` is `200` only \
          while the key store answers, `503 not_ready` otherwise (a server started during a store \
          outage answers keyed writes `503 idempotency_store_unavailable` until the store is back, \

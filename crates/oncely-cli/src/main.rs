@@ -342,6 +342,9 @@ enum Command {
     Simulate(tools::simulate::Args),
     /// Load-test a running server with a key per request (unique, duplicate share, or none).
     Bench(tools::bench::Args),
+    /// Act on records as a person: list them, show one, release, resolve or retry one (the
+    /// way out for a request the completer marked; runbook: docs/OPERATIONS.md).
+    Records(tools::records::Args),
     /// Finish abandoned in-flight requests by re-driving them through a running server.
     Complete {
         /// Key store.
@@ -385,6 +388,7 @@ async fn main() -> ExitCode {
         }
         Command::Audit(_) | Command::Bench(_) | Command::Simulate(_) => "warn",
         Command::Reap { .. } | Command::Complete { .. } => "warn,oncely=info",
+        Command::Records(_) => "warn,oncely::audit=info",
         _ => "info",
     });
     match run(cli).await {
@@ -578,6 +582,7 @@ async fn run(cli: Cli) -> Result<bool> {
         Command::Simulate(args) => tools::simulate::run(args).await,
         Command::Bench(args) => tools::bench::run(args).await,
         Command::Reap { store, batch } => jobs::reap(&store, batch).await,
+        Command::Records(args) => tools::records::run(args).await,
         Command::FleetClient => fleet_client::run().await,
         Command::Testbench { addr, scenarios } => {
             oncely_testbench::serve(addr, scenarios.as_deref()).await?;

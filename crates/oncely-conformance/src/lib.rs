@@ -33,6 +33,15 @@
 //!   dropped, records written before responses kept trailers.
 //! - [`maintenance`]: the [`Maintenance`](oncely_core::Maintenance) operations: the reaper, the
 //!   abandoned list, the completer's attempts and the mark for a person.
+//! - [`operator`]: the [`Operator`](oncely_core::Operator) operations (what a person does to a
+//!   record: list, release, resolve, retry), fenced like every store write. A store that
+//!   implements [`Operator`](oncely_core::Operator) runs them with
+//!   [`operator_conformance_tests!`] beside [`conformance_tests!`]:
+//!
+//!   ```ignore
+//!   oncely_conformance::conformance_tests!(make);
+//!   oncely_conformance::operator_conformance_tests!(make);
+//!   ```
 //! - [`fixtures`]: the requests, responses and durations the scenarios use, for a store's own
 //!   tests too.
 
@@ -52,6 +61,7 @@ pub mod completion;
 pub mod fencing;
 pub mod fixtures;
 pub mod maintenance;
+pub mod operator;
 
 pub use claim::{
     claim_complete_replay, concurrent_claims_one_winner, in_flight_and_renew,
@@ -71,6 +81,11 @@ pub use fixtures::{
 pub use maintenance::{
     list_abandoned_finds_lapsed_leases, marked_record_is_never_claimed_again,
     reaper_respects_retention_and_batches, redrive_attempts_are_counted_once_and_kept,
+};
+pub use operator::{
+    operator_changes_race_completions, operator_lists_with_filters_and_pages,
+    operator_release_fences_the_old_owner, operator_resolve_replays_the_decided_answer,
+    operator_retry_lifts_the_mark,
 };
 
 /// Generates one `#[tokio::test]` per conformance scenario for a store factory
@@ -104,5 +119,22 @@ macro_rules! conformance_tests {
                 $crate::$name(&$make).await;
             }
         )*
+    };
+}
+
+/// Generates one `#[tokio::test]` per [`operator`] scenario for a store factory
+/// `async fn(ManualClock) -> Option<S>` whose store implements
+/// [`Operator`](oncely_core::Operator) (the same factory as [`conformance_tests!`]'s; return
+/// `None`, after printing why, to skip).
+#[macro_export]
+macro_rules! operator_conformance_tests {
+    ($make:path) => {
+        $crate::conformance_tests!(@tests $make;
+            operator_lists_with_filters_and_pages,
+            operator_release_fences_the_old_owner,
+            operator_resolve_replays_the_decided_answer,
+            operator_retry_lifts_the_mark,
+            operator_changes_race_completions
+        );
     };
 }

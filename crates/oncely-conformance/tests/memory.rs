@@ -8,3 +8,4 @@ async fn make(clock: ManualClock) -> Option<MemoryStore> {
 }
 
 oncely_conformance::conformance_tests!(make);
+oncely_conformance::operator_conformance_tests!(make);

@@ -85,6 +85,7 @@ pub use record::{
 };
 pub use store::memory::MemoryStore;
 pub use store::{
-    Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, Maintenance, ReapReport,
-    RedriveNote, StoreError, StoreWrapper, decide,
+    Change, Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, KeyStore, Maintenance,
+    Operator, OperatorError, ReapReport, RecordFilter, RecordPage, RecordVersion, RedriveNote,
+    StoreError, StoreWrapper, check_change, decide,
 };

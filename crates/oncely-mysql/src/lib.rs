@@ -89,6 +89,7 @@
 //! promise: effectively-once").
 
 mod error;
+mod operator;
 mod row;
 mod sql;
 mod store;

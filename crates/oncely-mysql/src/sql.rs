@@ -248,3 +248,60 @@ pub(crate) const LIST_MARKED: &str = concat!(
     " FROM oncely_idempotency_keys WHERE marked_at IS NOT NULL AND state = 'in_flight' \
      ORDER BY marked_at, scope, `key` LIMIT ?"
 );
+
+/// One page of the operator's listing ([`oncely_core::Operator::list_records`]), in primary
+/// key order from the cursor, with every filter but the route (applied to the page read). Bound
+/// in order: scope or NULL (twice), the cursor's scope, scope and key (`''`: the start), in
+/// flight only (0/1), marked only, abandoned only, now, the latest creation time or NULL
+/// (twice), the limit. Released records are never listed.
+pub(crate) const LIST_RECORDS: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE state <> 'released' \
+     AND (? IS NULL OR scope = ?) AND (scope > ? OR (scope = ? AND `key` > ?)) \
+     AND (? = 0 OR state = 'in_flight') \
+     AND (? = 0 OR (state = 'in_flight' AND marked_at IS NOT NULL)) \
+     AND (? = 0 OR (state = 'in_flight' AND marked_at IS NULL AND lease_expires_at <= ?)) \
+     AND (? IS NULL OR created_at <= ?) \
+     ORDER BY scope, `key` LIMIT ?"
+);
+
+/// The guard of every operator change: the record is still the version read. Bound: scope,
+/// key, the token read, the state read.
+macro_rules! operator_guard {
+    () => {
+        " WHERE scope = ? AND `key` = ? AND token = ? AND state = ?"
+    };
+}
+
+/// The operator's release: released, the token raised, everything of the request dropped.
+/// Bound: the new token, the guard, force (0/1: a live lease too), now.
+pub(crate) const RELEASE_RECORD: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET state = 'released', token = ?, \
+     lease_expires_at = NULL, recovery_point = NULL, request = NULL, response_status = NULL, \
+     response_headers = NULL, response_body = NULL, response_body_retained = NULL, \
+     completed_at = NULL, redrive_attempts = 0, redrive_next_at = NULL, marked_at = NULL",
+    operator_guard!(),
+    " AND state <> 'released' AND (? = 1 OR state <> 'in_flight' OR lease_expires_at <= ?)"
+);
+
+/// The operator's resolve: complete with the decided response, the token raised. Bound: the
+/// new token, status, headers, body, body retained, now (the completion time), expires at, the
+/// guard, force, now.
+pub(crate) const RESOLVE_RECORD: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET state = 'complete', token = ?, \
+     lease_expires_at = NULL, recovery_point = NULL, request = NULL, response_status = ?, \
+     response_headers = ?, response_body = ?, response_body_retained = ?, \
+     completed_at = ?, expires_at = ?, redrive_next_at = NULL, marked_at = NULL",
+    operator_guard!(),
+    " AND state = 'in_flight' AND (? = 1 OR lease_expires_at <= ?)"
+);
+
+/// The operator's retry: the mark lifted, the attempts set, no backoff, the token raised.
+/// Bound: the new token, the attempts, the guard.
+pub(crate) const RETRY_RECORD: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET token = ?, redrive_attempts = ?, \
+     redrive_next_at = NULL, marked_at = NULL",
+    operator_guard!(),
+    " AND state = 'in_flight' AND marked_at IS NOT NULL AND request IS NOT NULL"
+);

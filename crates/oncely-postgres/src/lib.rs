@@ -37,6 +37,7 @@
 
 mod error;
 mod maintenance;
+mod operator;
 mod row;
 mod sql;
 mod store;

@@ -37,3 +37,4 @@ async fn legacy_headers_column_still_replays() {
     )
     .await;
 }
+oncely_conformance::operator_conformance_tests!(make);

@@ -153,6 +153,49 @@ pub(crate) fn reply(v: Value) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         .collect()
 }
 
+/// A record's fields as a script returns them: `HGETALL`'s flat `[field, value, ...]` (scripts
+/// speak RESP2).
+pub(crate) fn flat_fields(v: Value) -> Result<Fields, StoreError> {
+    let Value::Array(items) = v else {
+        return Err(corrupt(format!("unexpected fields {v:?}")));
+    };
+    let bytes = |v: Value| match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
+        other => Err(corrupt(format!("unexpected field item {other:?}"))),
+    };
+    let mut out = Fields::with_capacity(items.len() / 2);
+    let mut it = items.into_iter();
+    while let Some(name) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| corrupt("a field without a value"))?;
+        out.insert(bytes(name)?, bytes(value)?);
+    }
+    Ok(out)
+}
+
+/// An operator script's reply: `{'ok', fields}` as `(None, fields)`, `{'refused', now, fields}`
+/// as `(Some(now), fields)`.
+pub(crate) fn change_reply(v: Value) -> Result<(Option<UnixMillis>, Fields), StoreError> {
+    let Value::Array(items) = v else {
+        return Err(corrupt(format!("unexpected script reply {v:?}")));
+    };
+    let mut it = items.into_iter();
+    let head = reply(Value::Array(it.next().into_iter().collect()))?;
+    match reply_bytes(&head, 0) {
+        Some(b"ok") => Ok((None, flat_fields(it.next().unwrap_or(Value::Nil))?)),
+        Some(b"refused") => {
+            let now = reply(Value::Array(it.next().into_iter().collect()))?;
+            let now = reply_int(&now, 0)?;
+            Ok((Some(now), flat_fields(it.next().unwrap_or(Value::Nil))?))
+        }
+        _ => Err(corrupt(format!(
+            "unexpected operator script reply {head:?}"
+        ))),
+    }
+}
+
 /// Item `i` of a script reply as an integer.
 pub(crate) fn reply_int(r: &[Option<Vec<u8>>], i: usize) -> Result<UnixMillis, StoreError> {
     r.get(i)
@@ -287,6 +330,29 @@ mod tests {
         assert_eq!(got.with_request(None), want);
         let other = RecordKey::new(Scope::new("elsewhere"), IdempotencyKey::new("x").unwrap());
         assert_eq!(record(&old, Some(&other)).unwrap().unwrap().scope, id.scope);
+    }
+
+    #[test]
+    fn operator_replies_decode() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let fields = Value::Array(vec![b("state"), b("released"), b("token"), b("4")]);
+        let (now, f) = change_reply(Value::Array(vec![b("ok"), fields.clone()])).unwrap();
+        assert_eq!(now, None);
+        assert_eq!(
+            f.get(b"token".as_slice()).map(Vec::as_slice),
+            Some(&b"4"[..])
+        );
+        let (now, f) = change_reply(Value::Array(vec![b("refused"), b("1700"), fields])).unwrap();
+        assert_eq!((now, f.len()), (Some(1700), 2));
+        let (_, gone) = change_reply(Value::Array(vec![
+            b("refused"),
+            b("1"),
+            Value::Array(vec![]),
+        ]))
+        .unwrap();
+        assert!(gone.is_empty());
+        assert!(change_reply(Value::Array(vec![b("what")])).is_err());
+        assert!(flat_fields(Value::Array(vec![b("state")])).is_err());
     }
 
     #[test]

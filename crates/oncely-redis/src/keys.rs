@@ -90,15 +90,31 @@ pub(crate) fn parse_record_key(namespace: &str, key: &[u8]) -> Option<RecordKey>
 /// The `SCAN ... MATCH` pattern that matches every record key of `namespace` and nothing else:
 /// the escaped namespace with glob metacharacters backslash-escaped, then `:{*`.
 pub(crate) fn scan_pattern(namespace: &str) -> String {
-    let mut out = String::new();
-    for c in escape(namespace).chars() {
+    format!("{}:{{*", glob_escape(&escape(namespace)))
+}
+
+/// `s` with the glob metacharacters of `SCAN ... MATCH` backslash-escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
             out.push('\\');
         }
         out.push(c);
     }
-    out.push_str(":{*");
     out
+}
+
+/// The `SCAN ... MATCH` pattern that matches every record key of `scope` in `namespace` and
+/// nothing else: the record key's layout up to the key, then `*`.
+pub(crate) fn scope_scan_pattern(namespace: &str, scope: &str) -> String {
+    let scope = escape(scope);
+    format!(
+        "{}:{{{}:{}:*",
+        glob_escape(&escape(namespace)),
+        scope.len(),
+        glob_escape(&scope)
+    )
 }
 
 /// How many hash slots a Redis Cluster has.
@@ -258,6 +274,9 @@ mod tests {
     fn scan_pattern_escapes_globs() {
         assert_eq!(scan_pattern("oncely"), "oncely:{*");
         assert_eq!(scan_pattern("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\:{*");
+        assert_eq!(scope_scan_pattern("oncely", "acct_1"), "oncely:{6:acct_1:*");
+        // The length is the escaped scope's, and the glob escapes come after it.
+        assert_eq!(scope_scan_pattern("n*", "a}*"), "n\\*:{5:a%7D\\*:*");
     }
 
     #[test]

@@ -42,15 +42,16 @@
 //! # How it is stored
 //!
 //! One hash per `(scope, key)` at [`record_key`] (`oncely:{<scope-len>:<scope>:<key>}`); each
-//! of claim, renew, checkpoint, complete and release is one Lua script that touches only that
-//! record and its entries in the maintenance index (one round trip, atomic on the server). The
-//! fields:
+//! of claim, renew, checkpoint, complete and release, the completer's note, and a person's
+//! release, resolve and retry ([`Operator`](oncely_core::Operator) on [`RedisStore`]) is one Lua
+//! script that touches only that record and its entries in the maintenance index (one round
+//! trip, atomic on the server). The fields:
 //!
 //! | field | meaning |
 //! |---|---|
 //! | `scope`, `key` | the identity, verbatim: only in records of the first form, written by older versions (the Redis key names it; both forms are read) |
 //! | `fp_v`, `fp` | fingerprint algorithm version (decimal) and 32-byte digest (raw bytes) |
-//! | `token` | the fencing token (decimal; +1 on every claim, never reset while the hash lives) |
+//! | `token` | the fencing token (decimal; +1 on every claim and on every change a person makes, never reset while the hash lives) |
 //! | `state` | `in_flight`, `complete` or `released` |
 //! | `lease`, `rp` | in flight: lease expiry (epoch ms) and recovery point (absent when none) |
 //! | `created`, `expires` | claim time and end of retention (epoch ms) |
@@ -109,6 +110,7 @@ mod index;
 mod key_store;
 mod keys;
 mod maintenance;
+mod operator;
 mod persistence;
 mod scripts;
 mod store;

@@ -19,7 +19,7 @@ impl RedisStore {
     /// Reads whole records by their Redis keys (pipelined on one endpoint, in parallel on a
     /// cluster, where they live in different slots): each key with its record, `None` for one
     /// that no longer exists.
-    async fn fetch(
+    pub(crate) async fn fetch(
         &self,
         names: Vec<Vec<u8>>,
     ) -> Result<Vec<(Vec<u8>, Option<Record>)>, StoreError> {

@@ -39,6 +39,9 @@ pub(crate) struct Scripts {
     pub(crate) reap_one: Lua,
     pub(crate) note_redrive: Lua,
     pub(crate) reindex: Lua,
+    pub(crate) op_release: Lua,
+    pub(crate) op_resolve: Lua,
+    pub(crate) op_retry: Lua,
 }
 
 /// Compiled once per process; `Script` sends `EVALSHA` and falls back to `EVAL` (loading the
@@ -52,6 +55,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reap_one: Lua::new(REAP_ONE),
     note_redrive: Lua::new(NOTE_REDRIVE),
     reindex: Lua::new(REINDEX),
+    op_release: Lua::new(OP_RELEASE),
+    op_resolve: Lua::new(OP_RESOLVE),
+    op_retry: Lua::new(OP_RETRY),
 });
 
 /// Helpers shared by every script, as a literal so that `concat!` can prepend them.
@@ -117,6 +123,41 @@ local function index(k, now)
   elseif ARGV[1] ~= '' or not f[1] then
     redis.call('ZREM', KEYS[4], k)
   end
+end
+"#
+    };
+}
+
+/// The helpers of the operator's changes (after [`prelude`]).
+macro_rules! operator_prelude {
+    () => {
+        r#"
+-- An operator's change (docs/DESIGN.md, "Operating the server"): whether the record is the
+-- version the person read (ARGV[2] token, ARGV[3] state), and its fields now.
+local function same_version(k)
+  local cur = redis.call('HMGET', k, 'state', 'token')
+  return cur[1] ~= false and cur[1] == ARGV[3] and tonumber(cur[2]) == tonumber(ARGV[2])
+end
+-- A refused change: now and the record's fields, from which the caller tells why (the same
+-- rule, oncely_core's check_change).
+local function refused(k, now)
+  return {'refused', int(now), redis.call('HGETALL', k)}
+end
+-- Whether an in-flight record's lease is live at now.
+local function lease_live(k, now)
+  local lease_at = tonumber(redis.call('HGET', k, 'lease'))
+  return lease_at ~= nil and lease_at > now
+end
+-- The end of a change that set the record's retention end: its TTL, its index entries, and
+-- the reply with the record as it is now.
+local function changed(k, now, expires)
+  set_ttl(k, now, expires)
+  index(k, now)
+  return {'ok', redis.call('HGETALL', k)}
+end
+-- Raises the record's fencing token by one (every operator change does).
+local function bump(k)
+  redis.call('HSET', k, 'token', int(tonumber(redis.call('HGET', k, 'token')) + 1))
 end
 "#
     };
@@ -332,5 +373,77 @@ pub(crate) const REINDEX: &str = concat!(
     r#"
 index(KEYS[1], now_ms())
 return {'ok'}
+"#
+);
+
+/// An operator's release ([`oncely_core::Operator::release_record`]): the record becomes a
+/// released tombstone (the next claim with the key executes anew) with its token raised by one
+/// (so the process still running the old claim is fenced), keeping its retention end and TTL;
+/// its stored request, response and the completer's fields are dropped. Only while it is the
+/// version read, in flight or complete, and (unless forced) not in flight with a live lease.
+/// `ARGV`: now, token read, state read, force (`1` or `0`).
+/// Returns `{'ok', fields}` (the record afterwards, as `HGETALL`) or `{'refused', now, fields}`.
+pub(crate) const OP_RELEASE: &str = concat!(
+    prelude!(),
+    operator_prelude!(),
+    r#"
+local k = KEYS[1]
+local now = now_ms()
+if not same_version(k) then return refused(k, now) end
+local state = ARGV[3]
+if state == 'released' then return refused(k, now) end
+if state == 'in_flight' and lease_live(k, now) and ARGV[4] ~= '1' then return refused(k, now) end
+bump(k)
+redis.call('HDEL', k, 'lease', 'rp', 'req', 'attempts', 'next_attempt', 'marked',
+  'status', 'headers', 'body', 'retained', 'completed')
+redis.call('HSET', k, 'state', 'released')
+return changed(k, now, tonumber(redis.call('HGET', k, 'expires')) or now)
+"#
+);
+
+/// An operator's resolution ([`oncely_core::Operator::resolve_record`]): an in-flight record is
+/// completed with the response a person decided (it then replays it, as after [`COMPLETE`]),
+/// kept for the retention from now, its token raised by one, its stored request, mark and
+/// backoff dropped (the attempt count stays, for its history). Only while it is the version
+/// read, in flight, and (unless forced) its lease lapsed. `ARGV`: now, token read, state read,
+/// force, status, headers (JSON), body, retained (`0`/`1`), retention ms.
+/// Returns `{'ok', fields}` or `{'refused', now, fields}`.
+pub(crate) const OP_RESOLVE: &str = concat!(
+    prelude!(),
+    operator_prelude!(),
+    r#"
+local k = KEYS[1]
+local now = now_ms()
+if not same_version(k) or ARGV[3] ~= 'in_flight' then return refused(k, now) end
+if lease_live(k, now) and ARGV[4] ~= '1' then return refused(k, now) end
+bump(k)
+local expires = now + tonumber(ARGV[9])
+redis.call('HDEL', k, 'lease', 'rp', 'req', 'marked', 'next_attempt')
+redis.call('HSET', k, 'state', 'complete', 'status', ARGV[5], 'headers', ARGV[6],
+  'body', ARGV[7], 'retained', ARGV[8], 'completed', int(now), 'expires', int(expires))
+return changed(k, now, expires)
+"#
+);
+
+/// An operator's retry ([`oncely_core::Operator::retry_record`]): the completer's mark and
+/// backoff are lifted and its attempt count set, the token raised by one; the record (its lease
+/// lapsed) goes back from the marked index to the lease index, so the completer's next pass
+/// lists it and re-drives it. Only while it is the version read, in flight, marked, and kept its
+/// request. `ARGV`: now, token read, state read, attempts.
+/// Returns `{'ok', fields}` or `{'refused', now, fields}`.
+pub(crate) const OP_RETRY: &str = concat!(
+    prelude!(),
+    operator_prelude!(),
+    r#"
+local k = KEYS[1]
+local now = now_ms()
+if not same_version(k) or ARGV[3] ~= 'in_flight' then return refused(k, now) end
+local f = redis.call('HMGET', k, 'marked', 'req')
+if not f[1] or not f[2] then return refused(k, now) end
+bump(k)
+redis.call('HDEL', k, 'marked', 'next_attempt')
+redis.call('HSET', k, 'attempts', ARGV[4])
+index(k, now)
+return {'ok', redis.call('HGETALL', k)}
 "#
 );

@@ -3,6 +3,7 @@
 //! existed, or by an older version during a rolling upgrade) and writes their entries.
 
 use crate::clock::ClockSource;
+use crate::conn::{Conn, Primary};
 use crate::keys;
 use crate::scripts::SCRIPTS;
 use crate::store::{RedisStore, millis};
@@ -21,6 +22,63 @@ pub struct IndexWalk {
     /// Records whose index entries it wrote again: the ones in flight (and, under
     /// [`ClockSource::Application`], every record).
     pub indexed: u64,
+}
+
+/// The keys of every `SCAN ... MATCH <pattern> COUNT 1000` step of every primary (the one
+/// server, or each primary of the cluster as `CLUSTER SLOTS` said when it opened), from the
+/// start of each to its end, a step at a time. `SCAN` may hand out a key twice.
+pub(crate) struct ScanSteps<'a> {
+    store: &'a RedisStore,
+    conn: Conn,
+    pattern: String,
+    primaries: Vec<Primary>,
+    /// The primary being walked, and its `SCAN` cursor.
+    at: usize,
+    cursor: u64,
+}
+
+impl<'a> ScanSteps<'a> {
+    /// Reads the primaries.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`].
+    pub(crate) async fn open(store: &'a RedisStore, pattern: String) -> Result<Self, StoreError> {
+        let mut conn = store.conn.clone();
+        let primaries = store.run(conn.primaries()).await?;
+        Ok(Self {
+            store,
+            conn,
+            pattern,
+            primaries,
+            at: 0,
+            cursor: 0,
+        })
+    }
+
+    /// The next step's primary and keys; `None` after the last primary's last step.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] when a round trip fails or times out.
+    pub(crate) async fn next(&mut self) -> Result<Option<(Primary, Vec<Vec<u8>>)>, StoreError> {
+        let Some(&primary) = self.primaries.get(self.at) else {
+            return Ok(None);
+        };
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(self.cursor)
+            .arg("MATCH")
+            .arg(&self.pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT);
+        let (next, found): (u64, Vec<Vec<u8>>) =
+            self.store.run(self.conn.query_on(primary, &scan)).await?;
+        if next == 0 {
+            self.at += 1;
+        }
+        self.cursor = next;
+        Ok(Some((primary, found)))
+    }
 }
 
 impl RedisStore {
@@ -47,49 +105,34 @@ impl RedisStore {
         let pattern = keys::scan_pattern(&self.namespace);
         let every_record = matches!(self.clock, ClockSource::Application(_));
         let mut walk = IndexWalk::default();
+        let mut steps = ScanSteps::open(self, pattern).await?;
         let mut conn = self.conn.clone();
-        let primaries = self.run(conn.primaries()).await?;
-        for primary in primaries {
-            let mut cursor: u64 = 0;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT);
-                let (next, found): (u64, Vec<Vec<u8>>) =
-                    self.run(conn.query_on(primary, &scan)).await?;
-                // The pattern may match another namespace's index keys: only record keys.
-                let found: Vec<String> = found
-                    .into_iter()
-                    .filter(|k| keys::parse_record_key(&self.namespace, k).is_some())
-                    .filter_map(|k| String::from_utf8(k).ok())
-                    .collect();
-                walk.records += found.len() as u64;
-                let due = if every_record || found.is_empty() {
-                    found
-                } else {
-                    let mut pipe = redis::pipe();
-                    for k in &found {
-                        pipe.cmd("HGET").arg(k).arg("state");
-                    }
-                    let states: Vec<Option<Vec<u8>>> =
-                        self.run(conn.pipeline_on(primary, &pipe)).await?;
-                    found
-                        .into_iter()
-                        .zip(states)
-                        .filter(|(_, state)| state.as_deref() == Some(b"in_flight"))
-                        .map(|(k, _)| k)
-                        .collect()
-                };
-                walk.indexed += due.len() as u64;
-                self.reindex(due).await?;
-                if next == 0 {
-                    break;
+        while let Some((primary, found)) = steps.next().await? {
+            // The pattern may match another namespace's index keys: only record keys.
+            let found: Vec<String> = found
+                .into_iter()
+                .filter(|k| keys::parse_record_key(&self.namespace, k).is_some())
+                .filter_map(|k| String::from_utf8(k).ok())
+                .collect();
+            walk.records += found.len() as u64;
+            let due = if every_record || found.is_empty() {
+                found
+            } else {
+                let mut pipe = redis::pipe();
+                for k in &found {
+                    pipe.cmd("HGET").arg(k).arg("state");
                 }
-                cursor = next;
-            }
+                let states: Vec<Option<Vec<u8>>> =
+                    self.run(conn.pipeline_on(primary, &pipe)).await?;
+                found
+                    .into_iter()
+                    .zip(states)
+                    .filter(|(_, state)| state.as_deref() == Some(b"in_flight"))
+                    .map(|(k, _)| k)
+                    .collect()
+            };
+            walk.indexed += due.len() as u64;
+            self.reindex(due).await?;
         }
         Ok(walk)
     }

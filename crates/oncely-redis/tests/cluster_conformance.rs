@@ -27,3 +27,4 @@ async fn make(clock: ManualClock) -> Option<RedisStore> {
 }
 
 oncely_conformance::conformance_tests!(make);
+oncely_conformance::operator_conformance_tests!(make);

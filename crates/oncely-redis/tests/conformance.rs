@@ -20,6 +20,7 @@ async fn make(clock: ManualClock) -> Option<RedisStore> {
 }
 
 oncely_conformance::conformance_tests!(make);
+oncely_conformance::operator_conformance_tests!(make);
 
 /// A record written before responses kept trailers (its `headers` field in the oldest form)
 /// still replays; a gRPC response keeps its trailers.

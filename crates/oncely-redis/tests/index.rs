@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{PrivateRedis, Raw, claim_req, fresh_id, response};
+use common::{PrivateRedis, Raw, claim_req, entry, fresh_id, response};
 use oncely_core::{
     ClaimOutcome, Clock, KeyStore, Maintenance, ManualClock, RecordKey, RecordState, RedriveNote,
     UnixMillis,
@@ -50,18 +50,6 @@ async fn stores(clock: &ManualClock, walk: Option<Duration>) -> Vec<(RedisStore,
         out.push((store_at(&url, clock, walk).await, Raw::open(&url).await));
     }
     out
-}
-
-/// The score of `id`'s entry in its `kind` index, if it has one.
-async fn entry(raw: &mut Raw, store: &RedisStore, kind: IndexKind, id: &RecordKey) -> Option<i64> {
-    let score: Option<f64> = raw
-        .query(
-            redis::cmd("ZSCORE")
-                .arg(store.index_key_of(id, kind))
-                .arg(store.key_of(id)),
-        )
-        .await;
-    score.map(|s| s as i64)
 }
 
 async fn claimed(store: &RedisStore, id: &RecordKey) -> oncely_core::Claim {

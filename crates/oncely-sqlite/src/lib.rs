@@ -36,6 +36,7 @@
 //! can promise (and Oncely does not promise) exactly-once execution; see [`oncely_core`].
 
 mod error;
+mod operator;
 mod row;
 mod sql;
 mod store;

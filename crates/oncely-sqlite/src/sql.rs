@@ -188,3 +188,64 @@ pub(crate) const LIST_MARKED: &str = concat!(
 /// later whether the transaction is still this one (see [`ADOPT_TRANSACTION`]). One statement,
 /// one hop to the connection's thread.
 pub(crate) const BEGIN_GUARDED: &str = "BEGIN IMMEDIATE; SAVEPOINT oncely_tx";
+
+/// One page of the operator's listing ([`oncely_core::Operator::list_records`]), in primary
+/// key order from the cursor, with every filter but the route (applied to the page read):
+/// `?1` scope or NULL, `?2` and `?3` the cursor's scope and key (`''` and `''`: the start),
+/// `?4` in flight only (0/1), `?5` marked only, `?6` abandoned only, `?7` now, `?8` the latest
+/// creation time or NULL, `?9` the limit. Released records are never listed.
+pub(crate) const LIST_RECORDS: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM oncely_idempotency_keys WHERE state <> 'released' \
+     AND (?1 IS NULL OR scope = ?1) AND (scope > ?2 OR (scope = ?2 AND key > ?3)) \
+     AND (?4 = 0 OR state = 'in_flight') \
+     AND (?5 = 0 OR (state = 'in_flight' AND marked_at IS NOT NULL)) \
+     AND (?6 = 0 OR (state = 'in_flight' AND marked_at IS NULL AND lease_expires_at <= ?7)) \
+     AND (?8 IS NULL OR created_at <= ?8) \
+     ORDER BY scope, key LIMIT ?9"
+);
+
+/// The guard of every operator change: the record is still the version read. `?1` scope,
+/// `?2` key, `?3` the token read, `?4` the state read.
+macro_rules! operator_guard {
+    () => {
+        " WHERE scope = ?1 AND key = ?2 AND token = ?3 AND state = ?4"
+    };
+}
+
+/// The operator's release: released, the token raised, everything of the request dropped.
+/// `?5` the new token, `?6` force (0/1: a live lease too), `?7` now.
+pub(crate) const RELEASE_RECORD: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET state = 'released', token = ?5, \
+     lease_expires_at = NULL, recovery_point = NULL, request = NULL, response_status = NULL, \
+     response_headers = NULL, response_body = NULL, response_body_retained = NULL, \
+     completed_at = NULL, redrive_attempts = 0, redrive_next_at = NULL, marked_at = NULL",
+    operator_guard!(),
+    " AND state <> 'released' \
+     AND (?6 = 1 OR state <> 'in_flight' OR lease_expires_at <= ?7) RETURNING ",
+    record_columns!()
+);
+
+/// The operator's resolve: complete with the decided response, the token raised. `?5` the new
+/// token, `?6` force, `?7` now (the completion time), `?8` status, `?9` headers, `?10` body,
+/// `?11` body retained (0/1), `?12` expires at.
+pub(crate) const RESOLVE_RECORD: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET state = 'complete', token = ?5, \
+     lease_expires_at = NULL, recovery_point = NULL, request = NULL, response_status = ?8, \
+     response_headers = ?9, response_body = ?10, response_body_retained = ?11, \
+     completed_at = ?7, expires_at = ?12, redrive_next_at = NULL, marked_at = NULL",
+    operator_guard!(),
+    " AND state = 'in_flight' AND (?6 = 1 OR lease_expires_at <= ?7) RETURNING ",
+    record_columns!()
+);
+
+/// The operator's retry: the mark lifted, the attempts set, no backoff, the token raised.
+/// `?5` the new token, `?6` the attempts.
+pub(crate) const RETRY_RECORD: &str = concat!(
+    "UPDATE oncely_idempotency_keys SET token = ?5, redrive_attempts = ?6, \
+     redrive_next_at = NULL, marked_at = NULL",
+    operator_guard!(),
+    " AND state = 'in_flight' AND marked_at IS NOT NULL AND request IS NOT NULL RETURNING ",
+    record_columns!()
+);

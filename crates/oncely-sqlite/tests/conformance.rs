@@ -7,3 +7,4 @@ async fn make(clock: oncely_core::ManualClock) -> Option<common::TempStore> {
 }
 
 oncely_conformance::conformance_tests!(make);
+oncely_conformance::operator_conformance_tests!(make);

@@ -36,7 +36,7 @@ pub mod store;
 pub mod trace;
 
 pub use app::App;
-pub use store::{StoreUrl, open_store};
+pub use store::{Existing, StoreUrl, open_existing, open_store};
 
 use anyhow::{Context as _, Result};
 use axum::Router;

@@ -1,5 +1,8 @@
 //! The in-memory store: one process, tests and demos. Records vanish with the process.
 
+use super::operator::{
+    self, Change, Operator, OperatorError, RecordFilter, RecordPage, RecordVersion,
+};
 use super::{
     ClaimOutcome, ClaimRequest, Decision, KeyStore, Maintenance, ReapReport, RedriveNote,
     StoreError, decide, next_redrives, redrive_allowed,
@@ -273,5 +276,83 @@ impl Maintenance for MemoryStore {
         });
         out.truncate(limit);
         Ok(out)
+    }
+}
+
+impl MemoryStore {
+    /// Checks `change` on the record of `id` and writes what `next` makes of it, under one lock.
+    fn change(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        change: Change,
+        next: impl FnOnce(&Record, UnixMillis) -> Record,
+    ) -> Result<Record, OperatorError> {
+        let now = self.clock.now_millis();
+        let mut map = self.lock();
+        operator::check_change(map.get(id), seen, change, now)?;
+        let rec = map.get_mut(id).ok_or(OperatorError::NotFound)?;
+        *rec = next(rec, now);
+        Ok(rec.clone())
+    }
+}
+
+#[async_trait]
+impl Operator for MemoryStore {
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<RecordPage, OperatorError> {
+        let limit = operator::page_size(limit);
+        let (scope, key) = operator::cursor_start(cursor)?;
+        let now = self.clock.now_millis();
+        let map = self.lock();
+        // Every record after the cursor that passes the filter, in (scope, key) order.
+        let mut read: Vec<&Record> = map
+            .values()
+            .filter(|r| (r.scope.as_str(), r.key.as_str()) > (scope.as_str(), key.as_str()))
+            .filter(|r| filter.matches(r, now))
+            .collect();
+        read.sort_by(|x, y| (&x.scope, &x.key).cmp(&(&y.scope, &y.key)));
+        read.truncate(limit);
+        let read = read.into_iter().cloned().collect();
+        Ok(operator::page_of(read, limit, filter, now))
+    }
+
+    async fn release_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        force: bool,
+    ) -> Result<Record, OperatorError> {
+        self.change(id, seen, Change::Release { force }, |rec, _| {
+            operator::released(rec, seen)
+        })
+    }
+
+    async fn resolve_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        response: StoredResponse,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Record, OperatorError> {
+        self.change(id, seen, Change::Resolve { force }, |rec, now| {
+            operator::resolved(rec, seen, response, retention, now)
+        })
+    }
+
+    async fn retry_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        attempts: u32,
+    ) -> Result<Record, OperatorError> {
+        self.change(id, seen, Change::Retry, |rec, _| {
+            operator::retried(rec, seen, attempts)
+        })
     }
 }

@@ -33,8 +33,12 @@
 //!   conformance suite (the crate `oncely-conformance`), which covers both, must pass.
 
 pub mod memory;
+pub mod operator;
 mod wrapper;
 
+pub use operator::{
+    Change, Operator, OperatorError, RecordFilter, RecordPage, RecordVersion, check_change,
+};
 pub use wrapper::StoreWrapper;
 
 use crate::fingerprint::Fingerprint;
@@ -432,8 +436,8 @@ pub trait KeyStore: Send + Sync + 'static {
 /// reaper deletes records past retention ([`Maintenance::reap`]) and logs the ones marked for a
 /// person ([`Maintenance::list_marked`]); the completer lists abandoned requests
 /// ([`Maintenance::list_abandoned`]) and counts or gives up its re-drives
-/// ([`Maintenance::note_redrive`]). Operator operations (listing with filters, a forced release,
-/// resolving and unmarking a marked record) belong here too.
+/// ([`Maintenance::note_redrive`]). What a person does to records (listing with filters, a
+/// forced release, resolving and unmarking a marked record) is [`Operator`], on top of it.
 ///
 /// The layer takes an `Arc<dyn KeyStore>`; the jobs take an `Arc<dyn Maintenance>` (or
 /// `&dyn Maintenance`), which upcasts to the former, so one store serves both.

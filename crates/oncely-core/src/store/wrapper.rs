@@ -1,5 +1,6 @@
 //! [`StoreWrapper`]: a store that changes a few operations of another one writes only those.
 
+use super::operator::{Operator, OperatorError, RecordFilter, RecordPage, RecordVersion};
 use super::{
     ClaimOutcome, ClaimRequest, KeyStore, Maintenance, ReapReport, RedriveNote, StoreError,
 };
@@ -160,6 +161,62 @@ pub trait StoreWrapper: Send + Sync + 'static {
     {
         self.inner()?.list_marked(limit).await
     }
+
+    /// [`Operator::list_records`]; forwards by default.
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<RecordPage, OperatorError>
+    where
+        Self::Inner: Operator,
+    {
+        self.inner()?.list_records(filter, limit, cursor).await
+    }
+
+    /// [`Operator::release_record`]; forwards by default.
+    async fn release_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        force: bool,
+    ) -> Result<Record, OperatorError>
+    where
+        Self::Inner: Operator,
+    {
+        self.inner()?.release_record(id, seen, force).await
+    }
+
+    /// [`Operator::resolve_record`]; forwards by default.
+    async fn resolve_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        response: StoredResponse,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Record, OperatorError>
+    where
+        Self::Inner: Operator,
+    {
+        self.inner()?
+            .resolve_record(id, seen, response, retention, force)
+            .await
+    }
+
+    /// [`Operator::retry_record`]; forwards by default.
+    async fn retry_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        attempts: u32,
+    ) -> Result<Record, OperatorError>
+    where
+        Self::Inner: Operator,
+    {
+        self.inner()?.retry_record(id, seen, attempts).await
+    }
 }
 
 #[async_trait]
@@ -230,6 +287,47 @@ where
     }
 }
 
+#[async_trait]
+impl<W: StoreWrapper> Operator for W
+where
+    W::Inner: Operator,
+{
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<RecordPage, OperatorError> {
+        StoreWrapper::list_records(self, filter, limit, cursor).await
+    }
+    async fn release_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        force: bool,
+    ) -> Result<Record, OperatorError> {
+        StoreWrapper::release_record(self, id, seen, force).await
+    }
+    async fn resolve_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        response: StoredResponse,
+        retention: Duration,
+        force: bool,
+    ) -> Result<Record, OperatorError> {
+        StoreWrapper::resolve_record(self, id, seen, response, retention, force).await
+    }
+    async fn retry_record(
+        &self,
+        id: &RecordKey,
+        seen: RecordVersion,
+        attempts: u32,
+    ) -> Result<Record, OperatorError> {
+        StoreWrapper::retry_record(self, id, seen, attempts).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +392,18 @@ mod tests {
         let note = RedriveNote::Mark;
         assert!(closed(store.note_redrive(&id, t, 0, note).await.map(drop)));
         assert!(closed(store.list_marked(10).await.map(drop)));
+        // The operator's operations too (the memory store is an `Operator`).
+        let ops: Arc<dyn Operator> = gate.clone();
+        let v = RecordVersion::new(t, "in_flight");
+        let refused = |r: Result<(), OperatorError>| {
+            matches!(r, Err(OperatorError::Store(StoreError::Unavailable(_))))
+        };
+        let all = RecordFilter::default();
+        assert!(refused(ops.list_records(&all, 10, None).await.map(drop)));
+        assert!(refused(ops.release_record(&id, v, true).await.map(drop)));
+        let resolve = ops.resolve_record(&id, v, resp(), d, true).await;
+        assert!(refused(resolve.map(drop)));
+        assert!(refused(ops.retry_record(&id, v, 0).await.map(drop)));
         assert_eq!(
             gate.inner.get(&id).await.unwrap(),
             None,
@@ -316,5 +426,12 @@ mod tests {
         assert_eq!(rec.recovery_point(), Some("p"));
         assert_eq!(rec.token, c.token);
         assert_eq!(store.list_marked(10).await.unwrap(), vec![]);
+        let page = ops.list_records(&all, 10, None).await.unwrap();
+        assert_eq!(page.records, vec![rec.clone()]);
+        let released = ops
+            .release_record(&id, RecordVersion::of(&rec), true)
+            .await
+            .unwrap();
+        assert_eq!(gate.inner.get(&id).await.unwrap(), Some(released));
     }
 }

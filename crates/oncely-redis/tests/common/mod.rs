@@ -190,3 +190,20 @@ impl Raw {
         }
     }
 }
+
+/// The score of `id`'s entry in its `kind` index (epoch milliseconds), if it has one.
+pub async fn entry(
+    raw: &mut Raw,
+    store: &oncely_redis::RedisStore,
+    kind: oncely_redis::IndexKind,
+    id: &RecordKey,
+) -> Option<i64> {
+    let score: Option<f64> = raw
+        .query(
+            redis::cmd("ZSCORE")
+                .arg(store.index_key_of(id, kind))
+                .arg(store.key_of(id)),
+        )
+        .await;
+    score.map(|s| s as i64)
+}

@@ -253,9 +253,24 @@ fn default_business_path(redis_url: &str) -> String {
         .into_owned()
 }
 
-/// Opens an existing key store alone (for the jobs): no business tables are created, and a
-/// SQLite path that does not exist is an error rather than a new empty store.
-pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn Maintenance>> {
+/// A key store opened alone, by its own type (see [`open_existing`]).
+pub enum Existing {
+    /// SQLite.
+    Sqlite(oncely_sqlite::SqliteStore),
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(oncely_postgres::PostgresStore),
+    /// MySQL / MariaDB.
+    #[cfg(feature = "mysql")]
+    Mysql(oncely_mysql::MySqlStore),
+    /// Redis or Redis Cluster.
+    Redis(oncely_redis::RedisStore),
+}
+
+/// Opens an existing key store alone (for the jobs and `oncely records`): no business tables
+/// are created, and a SQLite path that does not exist is an error rather than a new empty
+/// store.
+pub async fn open_existing(url: &StoreUrl) -> Result<Existing> {
     Ok(match url {
         StoreUrl::Memory => {
             bail!(
@@ -266,7 +281,7 @@ pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn Maintenance>> {
             if !std::path::Path::new(path).exists() {
                 bail!("no key store at {path}: the file does not exist (check the path)");
             }
-            Arc::new(
+            Existing::Sqlite(
                 oncely_sqlite::SqliteStore::connect(&sqlite_url(path))
                     .await
                     .with_context(|| format!("open the SQLite key store at {path}"))?,
@@ -283,7 +298,7 @@ pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn Maintenance>> {
                 .migrate()
                 .await
                 .context("check the key store's tables")?;
-            Arc::new(store)
+            Existing::Postgres(store)
         }
         #[cfg(not(feature = "mysql"))]
         StoreUrl::Mysql(_) => bail!("this oncely was built without the mysql feature"),
@@ -296,12 +311,24 @@ pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn Maintenance>> {
                 .migrate()
                 .await
                 .context("check the key store's tables")?;
-            Arc::new(store)
+            Existing::Mysql(store)
         }
-        StoreUrl::Redis(u) => Arc::new(
+        StoreUrl::Redis(u) => Existing::Redis(
             oncely_redis::RedisStore::connect(u)
                 .await
                 .context("connect to the Redis key store")?,
         ),
+    })
+}
+
+/// Opens an existing key store alone, for the jobs (see [`open_existing`]).
+pub async fn open_store(url: &StoreUrl) -> Result<Arc<dyn Maintenance>> {
+    Ok(match open_existing(url).await? {
+        Existing::Sqlite(s) => Arc::new(s),
+        #[cfg(feature = "postgres")]
+        Existing::Postgres(s) => Arc::new(s),
+        #[cfg(feature = "mysql")]
+        Existing::Mysql(s) => Arc::new(s),
+        Existing::Redis(s) => Arc::new(s),
     })
 }
