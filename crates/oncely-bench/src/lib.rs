@@ -54,6 +54,7 @@ pub struct Opened {
     _dir: Option<tempfile::TempDir>,
 }
 
+pub mod proxy;
 pub mod transactional;
 
 pub(crate) fn env_url(bench: &str, test: &str) -> Option<String> {
