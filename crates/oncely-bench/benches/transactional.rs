@@ -24,6 +24,7 @@
 use oncely_bench::run_prefix;
 use oncely_bench::transactional::{Bench, Db, Variant, count};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -71,6 +72,15 @@ fn context_switches() -> f64 {
     n
 }
 
+/// The `p` quantile of sorted latencies, in milliseconds.
+fn pct_ms(sorted: &[std::time::Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
 fn stats(v: &[f64]) -> (f64, f64, f64) {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
@@ -88,6 +98,9 @@ fn fmt_row(name: &str, v: &[f64], digits: usize) -> String {
 
 struct Round {
     rps: BTreeMap<&'static str, f64>,
+    /// p50 and p99 latency per request, milliseconds.
+    p50: BTreeMap<&'static str, f64>,
+    p99: BTreeMap<&'static str, f64>,
     cpu_us: BTreeMap<&'static str, f64>,
     switches: BTreeMap<&'static str, f64>,
 }
@@ -113,6 +126,8 @@ async fn measure(
     for r in 0..rounds {
         let mut round = Round {
             rps: BTreeMap::new(),
+            p50: BTreeMap::new(),
+            p99: BTreeMap::new(),
             cpu_us: BTreeMap::new(),
             switches: BTreeMap::new(),
         };
@@ -129,10 +144,12 @@ async fn measure(
             let prefix = run_prefix();
             let cpu = cpu_seconds();
             let cs = context_switches();
-            let t = bench
-                .drive(v, &prefix, n, concurrency)
+            let (t, lat) = bench
+                .drive_timed(v, &prefix, n, concurrency)
                 .await
                 .unwrap_or_else(|e| panic!("{db} {}: {e}", v.name()));
+            round.p50.insert(v.name(), pct_ms(&lat, 0.50));
+            round.p99.insert(v.name(), pct_ms(&lat, 0.99));
             round
                 .switches
                 .insert(v.name(), (context_switches() - cs) / n as f64);
@@ -145,10 +162,12 @@ async fn measure(
                 // `settle` deletes them.
                 let cpu = cpu_seconds();
                 let cs = context_switches();
-                let t = bench
-                    .drive(Variant::Layer, &prefix, n, concurrency)
+                let (t, lat) = bench
+                    .drive_timed(Variant::Layer, &prefix, n, concurrency)
                     .await
                     .unwrap_or_else(|e| panic!("{db} replay: {e}"));
+                round.p50.insert("replay", pct_ms(&lat, 0.50));
+                round.p99.insert("replay", pct_ms(&lat, 0.99));
                 round
                     .switches
                     .insert("replay", (context_switches() - cs) / n as f64);
@@ -171,14 +190,14 @@ async fn measure(
     out
 }
 
-fn report(db: Db, concurrency: usize, n: usize, rounds: &[Round]) {
+fn report(db: Db, rtt: &str, concurrency: usize, n: usize, rounds: &[Round]) {
     let col = |k: &str| -> Vec<f64> { rounds.iter().map(|r| r.rps[k]).collect() };
     let ratio =
         |a: &str, b: &str| -> Vec<f64> { rounds.iter().map(|r| r.rps[a] / r.rps[b]).collect() };
     let cpu = |k: &str| -> Vec<f64> { rounds.iter().map(|r| r.cpu_us[k]).collect() };
     let switches = |k: &str| -> Vec<f64> { rounds.iter().map(|r| r.switches[k]).collect() };
     println!(
-        "\n### {} at concurrency {concurrency} ({n} requests per variant per round, {} rounds)\n",
+        "\n### {}{rtt} at concurrency {concurrency} ({n} requests per variant per round, {} rounds)\n",
         db.name(),
         rounds.len()
     );
@@ -214,6 +233,30 @@ fn report(db: Db, concurrency: usize, n: usize, rounds: &[Round]) {
             2
         )
     );
+    let p50 = |k: &str| -> Vec<f64> { rounds.iter().map(|r| r.p50[k]).collect() };
+    let p99 = |k: &str| -> Vec<f64> { rounds.iter().map(|r| r.p99[k]).collect() };
+    for k in ["baseline", "floor", "layer", "replay"] {
+        println!("{}", fmt_row(&format!("{k}, p50 ms"), &p50(k), 3));
+        println!("{}", fmt_row(&format!("{k}, p99 ms"), &p99(k), 3));
+    }
+    for k in ["floor", "layer", "replay"] {
+        let d50: Vec<f64> = rounds
+            .iter()
+            .map(|r| r.p50[k] - r.p50["baseline"])
+            .collect();
+        let d99: Vec<f64> = rounds
+            .iter()
+            .map(|r| r.p99[k] - r.p99["baseline"])
+            .collect();
+        println!(
+            "{}",
+            fmt_row(&format!("{k} - baseline, p50 ms added"), &d50, 3)
+        );
+        println!(
+            "{}",
+            fmt_row(&format!("{k} - baseline, p99 ms added"), &d99, 3)
+        );
+    }
     for k in ["baseline", "floor", "layer", "replay"] {
         println!(
             "{}",
@@ -294,6 +337,41 @@ async fn count_statements(bench: &Bench) {
     }
 }
 
+/// Round trips per request, counted by the latency proxy (PostgreSQL through it only), at
+/// concurrency 1: they do not depend on the load, unlike the timings.
+async fn count_round_trips(bench: &Bench, label: &str) {
+    const N: usize = 50;
+    let Some(trips) = bench.round_trips() else {
+        return;
+    };
+    println!(
+        "\n### {}{label}: round trips per request ({N} requests at concurrency 1, counted by the proxy)\n",
+        bench.db.name()
+    );
+    println!("| variant | round trips / request |\n|---|---|");
+    for (name, v, replay) in [
+        ("baseline", Variant::Baseline, false),
+        ("floor", Variant::Floor, false),
+        ("layer first execution", Variant::Layer, false),
+        ("layer replay", Variant::Layer, true),
+    ] {
+        let prefix = run_prefix();
+        if replay {
+            bench
+                .drive(v, &prefix, N, 1)
+                .await
+                .expect("first executions");
+        }
+        let before = trips.total();
+        bench
+            .drive(v, &prefix, N, 1)
+            .await
+            .expect("counted requests");
+        let per = (trips.total() - before) as f64 / N as f64;
+        println!("| {name} | {per:.2} |");
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` does not: then one tiny round, so
     // that the target is exercised without spending minutes.
@@ -307,32 +385,57 @@ fn main() {
         (1, 40)
     };
     let dbs = std::env::var("ONCELY_BENCH_DBS").unwrap_or_else(|_| "postgres,sqlite".into());
+    let rtts: Vec<f64> = std::env::var("ONCELY_BENCH_RTT_MS")
+        .unwrap_or_else(|_| "0".into())
+        .split(',')
+        .map(|v| {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .unwrap_or_else(|| panic!("ONCELY_BENCH_RTT_MS: {v:?} is not milliseconds >= 0"))
+        })
+        .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
     rt.block_on(async {
-        let mut benches = Vec::new();
+        // (bench, its label: the round trip the proxy adds, or none).
+        let mut benches: Vec<(Bench, String)> = Vec::new();
         for db in Db::ALL {
             if !dbs.split(',').any(|d| d.trim() == db.name()) {
                 continue;
             }
-            let opened = match db {
-                Db::Postgres => Bench::postgres().await,
-                Db::Mysql => Bench::mysql().await,
-                Db::Sqlite => Bench::sqlite().await,
-            };
-            match opened {
-                Ok(b) => benches.push(b),
-                Err(why) => eprintln!("transactional/{}: skipped: {why}", db.name()),
+            // SQLite runs in process: there is no network to add a round trip to. MySQL is
+            // measured direct only (the proxy is not wired for it yet).
+            let rtts = if db == Db::Postgres { rtts.clone() } else { vec![0.0] };
+            for rtt in rtts {
+                let opened = match db {
+                    Db::Postgres if rtt > 0.0 => {
+                        Bench::postgres_with_rtt(Some(Duration::from_secs_f64(rtt / 1e3))).await
+                    }
+                    Db::Postgres => Bench::postgres().await,
+                    Db::Mysql => Bench::mysql().await,
+                    Db::Sqlite => Bench::sqlite().await,
+                };
+                let label = match db {
+                    Db::Postgres if rtt > 0.0 => format!(", {rtt} ms round trip (proxy)"),
+                    Db::Postgres | Db::Mysql => ", direct".to_owned(),
+                    Db::Sqlite => ", in process (no proxy)".to_owned(),
+                };
+                match opened {
+                    Ok(b) => benches.push((b, label)),
+                    Err(why) => eprintln!("transactional/{}: skipped: {why}", db.name()),
+                }
             }
         }
         // The tables' autovacuum setting and resident rows are changed on a database of the
         // bench's own only, never on the test database the URL falls back to.
         let own_db =
             |db: Db| db.own_url_var().is_none_or(|var| std::env::var_os(var).is_some());
-        for bench in &benches {
+        for (bench, _) in &benches {
             if timed && !own_db(bench.db) {
                 eprintln!(
                     "transactional/{}: {} is unset: on the test database, no resident rows are added and the tables' settings stay (the figures are less comparable)",
@@ -341,7 +444,7 @@ fn main() {
                 );
             }
         }
-        for bench in &benches {
+        for (bench, label) in &benches {
             if timed && own_db(bench.db) {
                 bench
                     .autovacuum(false)
@@ -354,16 +457,19 @@ fn main() {
             }
             for (concurrency, n) in [(16, requests), (1, requests / 4)] {
                 let r = measure(bench, concurrency, n, rounds, timed).await;
-                report(bench.db, concurrency, n, &r);
+                report(bench.db, label, concurrency, n, &r);
             }
         }
         // Last, so that the timed runs went without a subscriber.
         if count::install() {
-            for bench in &benches {
+            for (bench, _) in &benches {
                 count_statements(bench).await;
             }
         }
-        for bench in &benches {
+        for (bench, label) in &benches {
+            count_round_trips(bench, label).await;
+        }
+        for (bench, _) in &benches {
             if let Err(e) = bench.cleanup().await {
                 eprintln!("transactional/{}: cleanup failed: {e}", bench.db.name());
             }

@@ -8,6 +8,10 @@
 //! Use a throwaway database: the benchmarks leave their records behind (reap them, or drop the
 //! database).
 //!
+//! `ONCELY_BENCH_RTT_MS` (e.g. `0,0.2,1`) runs PostgreSQL and Redis through [`proxy`]'s latency
+//! proxy at each round trip above 0 ([`open_with_rtt`]), and prints the round trips per
+//! operation it counted.
+//!
 //! [`transactional`] holds issue 11's endpoint in three variants (baseline, floor, layer) for
 //! `benches/transactional.rs` (`cargo bench -p oncely-bench --bench transactional`).
 
@@ -51,9 +55,19 @@ impl Backend {
 pub struct Opened {
     /// The store.
     pub store: Arc<dyn KeyStore>,
+    proxy: Option<proxy::LatencyProxy>,
     _dir: Option<tempfile::TempDir>,
 }
 
+impl Opened {
+    /// The round trips counted by the latency proxy between the store and its server
+    /// ([`open_with_rtt`]); `None` without one.
+    pub fn round_trips(&self) -> Option<Arc<proxy::RoundTrips>> {
+        self.proxy.as_ref().map(proxy::LatencyProxy::round_trips)
+    }
+}
+
+pub mod proxy;
 pub mod transactional;
 
 pub(crate) fn env_url(bench: &str, test: &str) -> Option<String> {
@@ -69,6 +83,19 @@ pub(crate) fn env_url(bench: &str, test: &str) -> Option<String> {
 ///
 /// A message naming the missing environment variable, or the store's error.
 pub async fn open(backend: Backend) -> Result<Opened, String> {
+    open_with_rtt(backend, None).await
+}
+
+/// [`open`], with PostgreSQL or Redis reached through a [`proxy::LatencyProxy`] that adds
+/// `rtt` to every round trip (half of it each way; zero: no delay, round trips still counted,
+/// see [`Opened::round_trips`]). `None`, and the in-process backends (memory, SQLite), go
+/// direct.
+///
+/// # Errors
+///
+/// As [`open`], and the proxy's if it cannot start.
+pub async fn open_with_rtt(backend: Backend, rtt: Option<Duration>) -> Result<Opened, String> {
+    let mut proxy = None;
     let (store, dir): (Arc<dyn KeyStore>, _) = match backend {
         Backend::Memory => (Arc::new(MemoryStore::new()), None),
         Backend::Sqlite => {
@@ -83,6 +110,7 @@ pub async fn open(backend: Backend) -> Result<Opened, String> {
         Backend::Postgres => {
             let url = env_url("ONCELY_BENCH_POSTGRES_URL", "ONCELY_TEST_POSTGRES_URL")
                 .ok_or("ONCELY_BENCH_POSTGRES_URL is not set")?;
+            let url = proxied(&url, rtt, &mut proxy).await?;
             let store = oncely_postgres::PostgresStore::connect(&url)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -92,6 +120,7 @@ pub async fn open(backend: Backend) -> Result<Opened, String> {
         Backend::Redis => {
             let url = env_url("ONCELY_BENCH_REDIS_URL", "ONCELY_TEST_REDIS_URL")
                 .ok_or("ONCELY_BENCH_REDIS_URL is not set")?;
+            let url = proxied(&url, rtt, &mut proxy).await?;
             // Benchmark records are throwaway: a Redis that persists nothing (as the private
             // benchmark instance does, so its counters see only our traffic) is accepted.
             let config = oncely_redis::RedisConfig::new().with_accept_volatile(true);
@@ -101,7 +130,28 @@ pub async fn open(backend: Backend) -> Result<Opened, String> {
             (Arc::new(store), None)
         }
     };
-    Ok(Opened { store, _dir: dir })
+    Ok(Opened {
+        store,
+        proxy,
+        _dir: dir,
+    })
+}
+
+/// `url` itself without `rtt`; else the URL of a new proxy to it, kept in `proxy`.
+async fn proxied(
+    url: &str,
+    rtt: Option<Duration>,
+    proxy: &mut Option<proxy::LatencyProxy>,
+) -> Result<String, String> {
+    let Some(rtt) = rtt else {
+        return Ok(url.to_owned());
+    };
+    let p = proxy::LatencyProxy::start(&proxy::upstream_of(url)?, rtt / 2)
+        .await
+        .map_err(|e| e.to_string())?;
+    let through = p.url(url)?;
+    *proxy = Some(p);
+    Ok(through)
 }
 
 /// A claim request for `(acct_bench, key)` with the server's default policy: 30 s lease, 24 h

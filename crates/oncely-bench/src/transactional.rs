@@ -134,6 +134,8 @@ pub struct Bench {
     baseline: Router,
     floor: Router,
     layer: Router,
+    /// The latency proxy between the bench and PostgreSQL, when one is used.
+    proxy: Option<crate::proxy::LatencyProxy>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -571,8 +573,32 @@ impl Bench {
     ///
     /// A message naming the missing variable, or the database's error.
     pub async fn postgres() -> Result<Self, String> {
-        let url = crate::env_url("ONCELY_BENCH_POSTGRES_URL", "ONCELY_TEST_POSTGRES_URL")
+        Self::postgres_with_rtt(None).await
+    }
+
+    /// [`Bench::postgres`] through a [`LatencyProxy`](crate::proxy::LatencyProxy) that adds
+    /// `rtt` to every round trip (half of it each way; zero: no delay, round trips still
+    /// counted, see [`Bench::round_trips`]); `None`: direct, as [`Bench::postgres`]. Every
+    /// connection of the pool, migrations included, goes through the proxy.
+    ///
+    /// # Errors
+    ///
+    /// As [`Bench::postgres`], and the proxy's if it cannot start.
+    pub async fn postgres_with_rtt(rtt: Option<Duration>) -> Result<Self, String> {
+        let direct = crate::env_url("ONCELY_BENCH_POSTGRES_URL", "ONCELY_TEST_POSTGRES_URL")
             .ok_or("ONCELY_BENCH_POSTGRES_URL is not set")?;
+        let proxy = match rtt {
+            Some(rtt) => Some(
+                crate::proxy::LatencyProxy::start(&crate::proxy::upstream_of(&direct)?, rtt / 2)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            None => None,
+        };
+        let url = match &proxy {
+            Some(p) => p.url(&direct)?,
+            None => direct,
+        };
         let store = PostgresStore::connect(&url)
             .await
             .map_err(|e| e.to_string())?;
@@ -598,6 +624,7 @@ impl Bench {
                     .route(PATH, post(pg_layer))
                     .layer(oncely_sqlx::layer(store, Policy::default())),
             ),
+            proxy,
             _dir: None,
         })
     }
@@ -678,8 +705,18 @@ impl Bench {
                     .route(PATH, post(lite_layer))
                     .layer(oncely_sqlx::layer(store, Policy::default())),
             ),
+            proxy: None,
             _dir: Some(dir),
         })
+    }
+
+    /// The round trips counted by the latency proxy between the bench and its database
+    /// ([`Bench::postgres_with_rtt`]); `None` without one (direct, or SQLite, which runs in
+    /// process and has no round trips to count).
+    pub fn round_trips(&self) -> Option<Arc<crate::proxy::RoundTrips>> {
+        self.proxy
+            .as_ref()
+            .map(crate::proxy::LatencyProxy::round_trips)
     }
 
     /// The router of `variant`.
@@ -705,6 +742,24 @@ impl Bench {
         n: usize,
         concurrency: usize,
     ) -> Result<Duration, String> {
+        self.drive_timed(variant, prefix, n, concurrency)
+            .await
+            .map(|(elapsed, _)| elapsed)
+    }
+
+    /// [`Bench::drive`], and each request's latency (from sending it to the end of its
+    /// response body), sorted, shortest first.
+    ///
+    /// # Errors
+    ///
+    /// As [`Bench::drive`].
+    pub async fn drive_timed(
+        &self,
+        variant: Variant,
+        prefix: &str,
+        n: usize,
+        concurrency: usize,
+    ) -> Result<(Duration, Vec<Duration>), String> {
         let router = self.router(variant).clone();
         let next = Arc::new(AtomicUsize::new(0));
         let start = Instant::now();
@@ -714,11 +769,13 @@ impl Bench {
             let next = Arc::clone(&next);
             let prefix = prefix.to_owned();
             tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= n {
-                        return Ok::<(), String>(());
+                        return Ok::<_, String>(latencies);
                     }
+                    let sent = Instant::now();
                     let res = router
                         .clone()
                         .oneshot(request(&format!("{prefix}-{i}")))
@@ -728,6 +785,7 @@ impl Bench {
                     let body = axum::body::to_bytes(res.into_body(), usize::MAX)
                         .await
                         .map_err(|e| e.to_string())?;
+                    latencies.push(sent.elapsed());
                     if status != StatusCode::CREATED {
                         return Err(format!(
                             "{prefix}-{i}: {status}: {}",
@@ -737,10 +795,13 @@ impl Bench {
                 }
             }));
         }
+        let mut all = Vec::with_capacity(n);
         for t in tasks {
-            t.await.map_err(|e| e.to_string())??;
+            all.extend(t.await.map_err(|e| e.to_string())??);
         }
-        Ok(start.elapsed())
+        let elapsed = start.elapsed();
+        all.sort();
+        Ok((elapsed, all))
     }
 
     /// Checks what `n` requests with the keys `{prefix}-0 ..` left behind: exactly one order
