@@ -44,3 +44,4 @@ mod within;
 
 pub use error::PostgresStoreError;
 pub use store::PostgresStore;
+pub use within::CompleteCommitError;
