@@ -45,3 +45,4 @@ mod within;
 
 pub use error::PostgresStoreError;
 pub use store::PostgresStore;
+pub use within::CompleteCommitError;

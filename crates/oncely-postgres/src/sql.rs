@@ -274,3 +274,109 @@ pub(crate) const RETRY_RECORD: &str = concat!(
     " AND state = 'in_flight' AND marked_at IS NOT NULL AND request IS NOT NULL RETURNING ",
     record_columns!()
 );
+
+/// A text value as a literal that decodes to exactly its bytes whatever the session's
+/// `standard_conforming_strings` or `backslash_quote`: its UTF-8 bytes hex-encoded inside
+/// `decode('…', 'hex')`, so the quoted part holds only the digits `0-9a-f` and no value can
+/// end the literal (docs/DESIGN.md, "The completion goes out with the commit").
+pub(crate) fn text_literal(value: &str) -> String {
+    format!("convert_from({}, 'UTF8')", bytea_literal(value.as_bytes()))
+}
+
+/// A `bytea` value as a literal built like [`text_literal`]'s: `decode('…', 'hex')`.
+pub(crate) fn bytea_literal(value: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(value.len() * 2 + 20);
+    out.push_str("decode('");
+    for b in value {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out.push_str("', 'hex')");
+    out
+}
+
+/// The value the fenced completion of [`complete_and_commit`] fails on: casting it to
+/// `integer` fails with SQLSTATE `22P02` and a message that quotes it.
+pub(crate) const FENCED_MARK: &str = "oncely_fenced";
+
+/// As [`FENCED_MARK`], the value [`FAIL_UNLESS_OPEN`] fails on.
+pub(crate) const ENDED_MARK: &str = "oncely_transaction_ended";
+
+/// The statement that fails, in the middle of a simple-query message, when the transaction is
+/// no longer the phase's: in a transaction block `transaction_timestamp()` is its `BEGIN`'s
+/// time, earlier than this message's `statement_timestamp()`; after a `COMMIT` or `ROLLBACK`
+/// behind the phase's back the message runs as an implicit transaction of its own, whose two
+/// times are the same value. The `CASE` is not a constant (both functions are stable), so the
+/// failing cast is evaluated at run time only, never folded by the planner.
+pub(crate) const FAIL_UNLESS_OPEN: &str = "SELECT CAST(CASE WHEN transaction_timestamp() <> \
+     statement_timestamp() THEN '1' ELSE 'oncely_transaction_ended' END AS integer)";
+
+/// The completion and the commit of a phase as one simple-query message
+/// ([`crate::PostgresStore::complete_and_commit_in`]): [`COMPLETE`]'s write with every value a
+/// literal (integers formatted, text and `bytea` hex-encoded: [`text_literal`],
+/// [`bytea_literal`]), made to fail when it matched no row (fenced: the cast of
+/// [`FENCED_MARK`]), so that the `COMMIT` after it never runs for a fenced phase (a failed
+/// statement skips the rest of the message and leaves the transaction aborted); then `COMMIT`,
+/// then `BEGIN`, an empty transaction that keeps sqlx's own account (the `Transaction` value
+/// still open) true, rolled back by sqlx's queued `ROLLBACK` on the pool's release ping at no
+/// round trip of its own. `check_open` puts [`FAIL_UNLESS_OPEN`] first.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn complete_and_commit(
+    scope: &str,
+    key: &str,
+    token: i64,
+    now: i64,
+    status: i32,
+    headers: &[u8],
+    body: &[u8],
+    body_retained: bool,
+    expires_at: i64,
+    check_open: bool,
+) -> String {
+    let check = if check_open { FAIL_UNLESS_OPEN } else { "" };
+    let sep = if check_open { "; " } else { "" };
+    format!(
+        "{check}{sep}WITH done AS (UPDATE oncely_idempotency_keys SET state = 'complete', \
+         lease_expires_at = NULL, recovery_point = NULL, request = NULL, \
+         completed_at = CAST({now} AS bigint), response_status = CAST({status} AS integer), \
+         response_headers = {headers}, response_body = {body}, \
+         response_body_retained = {body_retained}, expires_at = CAST({expires_at} AS bigint) \
+         WHERE scope = {scope} AND key = {key} AND token = CAST({token} AS bigint) \
+         AND state = 'in_flight' RETURNING 1) \
+         SELECT CAST(CASE WHEN EXISTS (SELECT FROM done) THEN '1' ELSE '{FENCED_MARK}' END \
+         AS integer); COMMIT; BEGIN",
+        headers = bytea_literal(headers),
+        body = bytea_literal(body),
+        scope = text_literal(scope),
+        key = text_literal(key),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_hold_only_hex_digits_inside_their_quotes() {
+        let evil = "k'); DROP TABLE oncely_idempotency_keys; --\\'";
+        assert_eq!(
+            text_literal(evil),
+            format!(
+                "convert_from(decode('{}', 'hex'), 'UTF8')",
+                evil.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+            )
+        );
+        assert_eq!(bytea_literal(&[0, 0xff, 0x27]), "decode('00ff27', 'hex')");
+        assert_eq!(bytea_literal(&[]), "decode('', 'hex')");
+    }
+
+    #[test]
+    fn the_open_check_fails_on_its_mark() {
+        assert!(FAIL_UNLESS_OPEN.contains(&format!("'{ENDED_MARK}'")));
+        let msg = complete_and_commit("s", "k", 1, 2, 201, b"", b"", true, 3, true);
+        assert!(msg.starts_with(FAIL_UNLESS_OPEN));
+        assert!(msg.ends_with("; COMMIT; BEGIN"));
+        assert!(msg.contains(&format!("'{FENCED_MARK}'")));
+    }
+}

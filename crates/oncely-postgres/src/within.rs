@@ -428,6 +428,69 @@ impl PostgresStore {
         fenced_unless_written(result)
     }
 
+    /// [`complete_in`](Self::complete_in) and the `COMMIT` of the transaction on `conn`, in one
+    /// simple-query message and so in one round trip where the two would take two
+    /// (docs/DESIGN.md, "The completion goes out with the commit"). The values go in as
+    /// literals (integers formatted, text and `bytea` hex-encoded and decoded by the server,
+    /// so that no value can end its literal, whatever the session's
+    /// `standard_conforming_strings`), and the completion fails when it matches no row
+    /// (fenced), so that a failed statement skips the rest of the message and the `COMMIT`
+    /// never runs for a phase that lost its claim or whose transaction a failed statement
+    /// aborted. With `check_open`, a first statement fails unless the transaction is still the
+    /// one the phase began (see `still_open` in `oncely-sqlx`), and nothing is written then.
+    ///
+    /// On success the message leaves an empty transaction open after the `COMMIT` (a `BEGIN`),
+    /// so that the caller's sqlx `Transaction`, which still counts itself open, is dropped as
+    /// usual: its queued `ROLLBACK` of the empty transaction goes out with the pool's release
+    /// ping, at no round trip of its own.
+    ///
+    /// # Errors
+    ///
+    /// [`CompleteCommitError`]: which statement failed, and so whether anything committed.
+    pub async fn complete_and_commit_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &RecordKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        retention: Duration,
+        check_open: bool,
+    ) -> Result<(), CompleteCommitError> {
+        use futures::TryStreamExt;
+        let now = self.clock().now_millis();
+        let headers = response.encode_headers();
+        let message = sql::complete_and_commit(
+            id.scope.as_str(),
+            id.key.as_str(),
+            token.0,
+            now,
+            i32::from(response.status),
+            &headers,
+            &response.body,
+            response.body_retained,
+            now.saturating_add(duration_millis(retention)),
+            check_open,
+        );
+        // Statements before the `COMMIT`: the open check (if any) and the completion.
+        let before_commit = if check_open { 2 } else { 1 };
+        let mut finished = 0usize;
+        let mut results = sqlx::raw_sql(sqlx::AssertSqlSafe(message)).execute_many(&mut *conn);
+        loop {
+            match results.try_next().await {
+                Ok(Some(_)) => finished += 1,
+                Ok(None) => return Ok(()),
+                Err(e) if finished >= before_commit => return Err(CompleteCommitError::Commit(e)),
+                Err(e) => {
+                    return Err(match failed_on_mark(&e) {
+                        Some(sql::ENDED_MARK) => CompleteCommitError::Ended,
+                        Some(_) => CompleteCommitError::Fenced,
+                        None => CompleteCommitError::Statement(map(e)),
+                    });
+                }
+            }
+        }
+    }
+
     /// Releases the claim on `conn` (the key behaves as absent again), if the record is still
     /// in flight with `token`.
     ///
@@ -548,4 +611,39 @@ async fn claim_existing(
     Ok(Some(ClaimOutcome::Claimed(
         Claim::new(token, t.lease_expires_at, kind).with_recovery_point(recovery_point),
     )))
+}
+
+/// Why [`PostgresStore::complete_and_commit_in`] failed, which says what committed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CompleteCommitError {
+    /// The open check found the transaction ended behind the phase's back (only with
+    /// `check_open`): nothing was written.
+    Ended,
+    /// The completion matched no row: the token is stale or the record is no longer in flight
+    /// (or, without `check_open`, the transaction had ended behind the phase's back, and the
+    /// record with it). Nothing of the transaction commits: it is left aborted, for the
+    /// caller's rollback.
+    Fenced,
+    /// A statement before the `COMMIT` failed (a transaction a failed statement of the
+    /// handler aborted: SQLSTATE `25P02`; a lock timeout; a lost connection): nothing
+    /// committed, unless the connection was lost after the server received the message.
+    Statement(StoreError),
+    /// The `COMMIT` itself failed (as a serializable transaction's can): nothing committed,
+    /// unless the connection was lost during the commit.
+    Commit(sqlx::Error),
+}
+
+/// The mark ([`sql::FENCED_MARK`], [`sql::ENDED_MARK`]) whose cast failed in `e`, if `e` is
+/// such a failure (SQLSTATE `22P02`, the value quoted in the message).
+fn failed_on_mark(e: &sqlx::Error) -> Option<&'static str> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    if db.code().as_deref() != Some("22P02") {
+        return None;
+    }
+    [sql::FENCED_MARK, sql::ENDED_MARK]
+        .into_iter()
+        .find(|mark| db.message().contains(&format!("\"{mark}\"")))
 }

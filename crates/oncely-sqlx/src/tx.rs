@@ -269,7 +269,7 @@ impl<S: SqlStore> Tx<S> {
             // the result.
             return Err(crate::TxError::ResponseFailed);
         }
-        let mut tx = self.take();
+        let tx = self.take();
         let sh = Arc::clone(&self.shared);
         warn_if_long(&sh, self.opened);
         let Some(claim) = self.claim.clone() else {
@@ -284,15 +284,10 @@ impl<S: SqlStore> Tx<S> {
             return Ok(response.map(axum::body::Body::new));
         }
         let result = if sh.store.atomic() {
-            let written = sh
-                .store
-                .complete_in(&mut tx, &sh.id, sh.token, &stored, sh.retention, self.first)
-                .await;
-            match written {
-                Ok(()) => sh.store.commit(tx).await,
-                Err(e) => Err(e),
-            }
-            .map_err(|e| reported(&sh, e))
+            sh.store
+                .complete_and_commit(tx, &sh.id, sh.token, &stored, sh.retention, self.first)
+                .await
+                .map_err(|e| reported(&sh, e))
         } else {
             // A split store: the intent, the business commit, then the stored response.
             let mut recorded = false;

@@ -134,6 +134,30 @@ pub trait SqlStore: KeyStore + Clone {
         hot: bool,
     ) -> Result<(), TxError>;
 
+    /// [`complete_in`](SqlStore::complete_in) on the phase's transaction, then
+    /// [`commit`](SqlStore::commit): the last phase's end ([`Tx::commit`](crate::Tx::commit)).
+    /// PostgreSQL sends the two in one message, one round trip
+    /// (`PostgresStore::complete_and_commit_in`; docs/DESIGN.md, "The completion goes out with
+    /// the commit"); the default runs them one after the other.
+    ///
+    /// # Errors
+    ///
+    /// As [`complete_in`](SqlStore::complete_in) and [`commit`](SqlStore::commit); nothing
+    /// commits on any of them (unless the connection was lost during the commit itself).
+    async fn complete_and_commit(
+        &self,
+        mut tx: Transaction<'static, Self::Database>,
+        id: &RecordKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        retention: Duration,
+        hot: bool,
+    ) -> Result<(), TxError> {
+        self.complete_in(&mut tx, id, token, response, retention, hot)
+            .await?;
+        self.commit(tx).await
+    }
+
     /// Commits a phase's transaction. A `COMMIT` must never pass for writes that did not
     /// commit: PostgreSQL answers the `COMMIT` of a transaction that a failed statement aborted
     /// with `ROLLBACK` and no error, and sqlx does not read the command tag. On an

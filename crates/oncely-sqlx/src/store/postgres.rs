@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use oncely_core::{
     ClaimOutcome, ClaimRequest, FencingToken, RecordKey, StoreError, StoredResponse,
 };
-use oncely_postgres::PostgresStore;
+use oncely_postgres::{CompleteCommitError, PostgresStore};
 use sqlx::{PgConnection, Postgres, Transaction};
 use std::time::Duration;
 
@@ -72,6 +72,45 @@ impl SqlStore for PostgresStore {
                 Err(TxError::Fenced)
             }
             Err(e) => Err(phase_error(e)),
+        }
+    }
+
+    // One message, one round trip: the completion, then `COMMIT` (docs/DESIGN.md, "The
+    // completion goes out with the commit"). A later phase checks that its transaction is
+    // still its own in the same message; the hot path checks only after a fenced completion,
+    // as `complete_in` does.
+    async fn complete_and_commit(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        id: &RecordKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        retention: Duration,
+        hot: bool,
+    ) -> Result<(), TxError> {
+        let done = self
+            .complete_and_commit_in(&mut tx, id, token, response, retention, !hot)
+            .await;
+        match done {
+            // The empty transaction the message left open rolls back with the pool's release
+            // ping (sqlx's queued `ROLLBACK`).
+            Ok(()) => Ok(()),
+            Err(CompleteCommitError::Ended) => Err(TxError::TransactionEnded),
+            Err(CompleteCommitError::Fenced) if hot => {
+                // The failed completion left the phase's own transaction aborted, which refuses
+                // any statement; a transaction the handler ended behind the phase's back left
+                // none, and the probe runs (and fails nothing) on its own.
+                match sqlx::raw_sql("SELECT 1").execute(&mut *tx).await {
+                    Ok(_) => Err(TxError::TransactionEnded),
+                    Err(_) => Err(TxError::Fenced),
+                }
+            }
+            Err(CompleteCommitError::Fenced) => Err(TxError::Fenced),
+            Err(CompleteCommitError::Statement(e)) => Err(phase_error(e)),
+            Err(CompleteCommitError::Commit(e)) => Err(TxError::from(e)),
+            Err(other) => Err(TxError::from(StoreError::unavailable(
+                std::io::Error::other(format!("{other:?}")),
+            ))),
         }
     }
 
