@@ -275,5 +275,30 @@ async fn a_marked_payment_resolved_by_a_person_replays_the_decided_answer_on_pos
         eprintln!("skipped: ONCELY_TEST_POSTGRES_URL is unset");
         return;
     };
-    marked_then_resolved(&url).await;
+    // A database of its own: the server's completer re-drives (and marks) every abandoned
+    // record it finds, so on a database shared with other tests it would change theirs.
+    use sqlx::Connection as _;
+    let name = format!("oncely_records_e2e_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    let own = format!(
+        "{}/{name}{}",
+        base.rsplit_once('/').unwrap().0,
+        if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        }
+    );
+    marked_then_resolved(&own).await;
+    // The server is gone (killed when its handle dropped): the database can go.
+    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await;
 }
