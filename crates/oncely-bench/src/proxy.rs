@@ -290,11 +290,11 @@ async fn pump(
             Timer::new().ok()
         };
         while let Some((due, chunk)) = rx.recv().await {
-            if let Some(t) = timer.as_mut() {
-                if t.wait_until(due).await.is_err() {
-                    // No timer (cannot happen on Linux once created): deliver at once.
-                    timer = None;
-                }
+            if let Some(t) = timer.as_mut()
+                && t.wait_until(due).await.is_err()
+            {
+                // No timer (cannot happen on Linux once created): deliver at once.
+                timer = None;
             }
             if chunk.is_empty() {
                 let _ = wr.shutdown().await;

@@ -653,6 +653,7 @@ impl Bench {
             .map_err(|e| e.to_string())?;
         Ok(Self {
             db: Db::Mysql,
+            proxy: None,
             pool: Pool::My(pool.clone()),
             baseline: with_scope(
                 Router::new()
