@@ -1232,7 +1232,15 @@ pub mod count {
     pub fn commits(statements: &[String]) -> usize {
         statements
             .iter()
-            .filter(|s| s.eq_ignore_ascii_case("commit"))
+            // A bare COMMIT, or PostgreSQL's completion sent with its commit as one message
+            // (docs/DESIGN.md, "The completion goes out with the commit").
+            // (sqlx logs a summary of that message: its first statement, the completing
+            // `WITH done AS (UPDATE oncely_idempotency_keys ...`).
+            .filter(|s| {
+                s.eq_ignore_ascii_case("commit")
+                    || s.starts_with("WITH done AS (UPDATE oncely_idempotency_keys")
+                    || s.starts_with("WITH done AS (UPDATE …")
+            })
             .count()
     }
 }
