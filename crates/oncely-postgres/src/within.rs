@@ -431,9 +431,10 @@ impl PostgresStore {
     /// [`complete_in`](Self::complete_in) and the `COMMIT` of the transaction on `conn`, in one
     /// simple-query message and so in one round trip where the two would take two
     /// (docs/DESIGN.md, "The completion goes out with the commit"). The values go in as
-    /// literals (integers formatted, text and `bytea` hex-encoded and decoded by the server,
-    /// so that no value can end its literal, whatever the session's
-    /// `standard_conforming_strings`), and the completion fails when it matches no row
+    /// literals (integers formatted, text as escape-string constants the planner matches
+    /// against the primary key, `bytea` hex-encoded and decoded by the server, so that no
+    /// value can end its literal, whatever the session's `standard_conforming_strings`), and
+    /// the completion fails when it matches no row
     /// (fenced), so that a failed statement skips the rest of the message and the `COMMIT`
     /// never runs for a phase that lost its claim or whose transaction a failed statement
     /// aborted. With `check_open`, a first statement fails unless the transaction is still the
