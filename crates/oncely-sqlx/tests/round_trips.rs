@@ -132,7 +132,7 @@ impl Harness {
     }
 }
 
-async fn harness() -> Option<Harness> {
+async fn harness(completion_with_commit: bool) -> Option<Harness> {
     let Ok(url) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
         eprintln!("skipping: ONCELY_TEST_POSTGRES_URL is unset (a PostgreSQL URL is needed)");
         return None;
@@ -155,7 +155,8 @@ async fn harness() -> Option<Harness> {
         .await
         .unwrap();
     let store = PostgresStore::from_pool(pool.clone(), Arc::new(oncely_core::SystemClock))
-        .with_pool_lock_timeout(bound);
+        .with_pool_lock_timeout(bound)
+        .with_completion_sent_with_commit(completion_with_commit);
     store.migrate().await.unwrap();
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS oncely_sqlx_round_trip_rows \
@@ -200,7 +201,23 @@ fn key() -> String {
 
 #[tokio::test]
 async fn a_first_execution_costs_one_round_trip_over_the_baseline_and_a_replay_none() {
-    let Some(h) = harness().await else { return };
+    // `with_completion_sent_with_commit`: the completion goes out with the commit.
+    first_executions_cost(true, 6).await;
+}
+
+#[tokio::test]
+async fn by_default_the_completion_and_the_commit_are_two_round_trips() {
+    // The default: the prepared completion, then the `COMMIT`, one round trip more.
+    first_executions_cost(false, 7).await;
+}
+
+/// Counts the round trips of first executions, replays and the baseline, and checks that a
+/// first execution costs `expected` (the baseline costs 5) and a replay no more than the
+/// baseline.
+async fn first_executions_cost(completion_with_commit: bool, expected: usize) {
+    let Some(h) = harness(completion_with_commit).await else {
+        return;
+    };
     // Warm-up: every statement prepared on the connection.
     for _ in 0..3 {
         let k = key();
@@ -230,11 +247,12 @@ async fn a_first_execution_costs_one_round_trip_over_the_baseline_and_a_replay_n
     eprintln!("round trips: first execution {first:?}, replay {replay:?}, baseline {baseline:?}");
     // The baseline: the pool's check, BEGIN, the business INSERT, COMMIT, the release ping.
     assert!(baseline.iter().all(|&n| n == 5), "baseline {baseline:?}");
-    // A first execution: the claim's own round trip is the one left over the baseline (sqlx's
-    // `Transaction` cannot carry it with its `BEGIN`); the completion goes out with the commit.
+    // A first execution: the claim's own round trip is one over the baseline (sqlx's
+    // `Transaction` cannot carry it with its `BEGIN`); the completion is another unless it goes
+    // out with the commit.
     assert!(
-        first.iter().all(|&n| n == 6),
-        "first execution {first:?} against the baseline's 5"
+        first.iter().all(|&n| n == expected),
+        "first execution {first:?} against the baseline's 5 (expected {expected})"
     );
     // A replay: no more than the business work it replaces.
     assert!(replay.iter().all(|&n| n <= 5), "replay {replay:?}");

@@ -75,10 +75,11 @@ impl SqlStore for PostgresStore {
         }
     }
 
-    // One message, one round trip: the completion, then `COMMIT` (docs/DESIGN.md, "The
-    // completion goes out with the commit"). A later phase checks that its transaction is
-    // still its own in the same message; the hot path checks only after a fenced completion,
-    // as `complete_in` does.
+    // With `with_completion_sent_with_commit`, one message, one round trip: the completion,
+    // then `COMMIT` (docs/DESIGN.md, "The completion goes out with the commit"). A later phase
+    // checks that its transaction is still its own in the same message; the hot path checks
+    // only after a fenced completion, as `complete_in` does. Otherwise (the default) the
+    // prepared completion, then the `COMMIT`.
     async fn complete_and_commit(
         &self,
         mut tx: Transaction<'static, Postgres>,
@@ -88,6 +89,10 @@ impl SqlStore for PostgresStore {
         retention: Duration,
         hot: bool,
     ) -> Result<(), TxError> {
+        if !self.completion_sent_with_commit() {
+            SqlStore::complete_in(self, &mut tx, id, token, response, retention, hot).await?;
+            return SqlStore::commit(self, tx).await;
+        }
         let done = self
             .complete_and_commit_in(&mut tx, id, token, response, retention, !hot)
             .await;
