@@ -11,6 +11,18 @@
 //! rounds every sleep up to whole milliseconds, which would turn a 0.5 millisecond delay into
 //! one of 1 to 2 milliseconds.
 //!
+//! # Calibration
+//!
+//! Forwarding costs time of its own: two more loopback hops and the wake-ups of the proxy's
+//! tasks, about 0.1 milliseconds per round trip on this project's 2-core machine, and a timer
+//! fires some microseconds after its deadline. So that a round trip through the proxy costs
+//! `2 * one_way` more than the direct path, and not that plus the proxy's own cost, a proxy
+//! with a delay calibrates itself when it starts: it times 200 small echoes direct and through a
+//! proxy of its own to a private echo server, and takes half the excess off each one-way delay
+//! (three passes, each correcting the last; never more than the delay itself). The correction
+//! is [`LatencyProxy::compensation`]; `examples/proxy_check.rs` checks the result against a
+//! bare `SELECT 1` on PostgreSQL.
+//!
 //! # Round trips
 //!
 //! A round trip is a client-to-server flight answered by a server-to-client flight. The proxy
@@ -95,6 +107,7 @@ pub struct LatencyProxy {
     local_addr: SocketAddr,
     upstream: String,
     one_way: Duration,
+    compensation: Duration,
     round_trips: Arc<RoundTrips>,
     tasks: Arc<Mutex<Vec<AbortHandle>>>,
 }
@@ -102,11 +115,12 @@ pub struct LatencyProxy {
 impl LatencyProxy {
     /// Starts a proxy on `127.0.0.1` (a port the system picks) to `upstream` (`host:port`),
     /// adding `one_way` in each direction (a round trip thus costs `2 * one_way` more; zero
-    /// forwards without delay, still counting).
+    /// forwards without delay, still counting). With a delay it first calibrates itself, which
+    /// takes about `1200 * one_way` (module documentation, "Calibration").
     ///
     /// # Errors
     ///
-    /// Binding the listening socket failed.
+    /// Binding the listening socket failed, or the calibration's loopback echo did.
     pub async fn start(upstream: &str, one_way: Duration) -> io::Result<Self> {
         Self::bind(
             "127.0.0.1:0".parse().expect("a socket address"),
@@ -120,8 +134,24 @@ impl LatencyProxy {
     ///
     /// # Errors
     ///
-    /// Binding the listening socket failed.
+    /// As [`LatencyProxy::start`].
     pub async fn bind(listen: SocketAddr, upstream: &str, one_way: Duration) -> io::Result<Self> {
+        let compensation = if one_way.is_zero() {
+            Duration::ZERO
+        } else {
+            calibrate(one_way).await?
+        };
+        Self::bind_compensated(listen, upstream, one_way, compensation).await
+    }
+
+    /// [`LatencyProxy::bind`] with a given [`LatencyProxy::compensation`] (no calibration).
+    async fn bind_compensated(
+        listen: SocketAddr,
+        upstream: &str,
+        one_way: Duration,
+        compensation: Duration,
+    ) -> io::Result<Self> {
+        let delay = one_way.saturating_sub(compensation);
         let listener = TcpListener::bind(listen).await?;
         let local_addr = listener.local_addr()?;
         let round_trips = Arc::new(RoundTrips::default());
@@ -141,7 +171,7 @@ impl LatencyProxy {
                     let (upstream, round_trips) = (upstream.clone(), Arc::clone(&round_trips));
                     let task = tokio::spawn(async move {
                         if let Ok(server) = TcpStream::connect(&upstream).await {
-                            forward(client, server, one_way, &counter, &round_trips).await;
+                            forward(client, server, delay, &counter, &round_trips).await;
                         }
                     });
                     let mut tasks = tasks.lock().unwrap_or_else(|p| p.into_inner());
@@ -158,6 +188,7 @@ impl LatencyProxy {
             local_addr,
             upstream: upstream.to_owned(),
             one_way,
+            compensation,
             round_trips,
             tasks,
         })
@@ -176,6 +207,12 @@ impl LatencyProxy {
     /// The delay added in each direction.
     pub fn one_way(&self) -> Duration {
         self.one_way
+    }
+
+    /// What the proxy takes off each one-way delay for its own forwarding cost, found when it
+    /// started (see the module documentation, "Calibration"); zero without a delay.
+    pub fn compensation(&self) -> Duration {
+        self.compensation
     }
 
     /// The round-trip counter (shared: it keeps counting while the proxy runs).
@@ -227,6 +264,69 @@ pub fn upstream_of(url: &str) -> Result<String, String> {
         _ => 6379,
     });
     Ok(format!("{host}:{port}"))
+}
+
+/// Small echoes timed when calibrating, per pass (after 20 not timed).
+const CALIBRATION_ECHOES: usize = 200;
+
+/// The compensation that makes a round trip through a proxy with `one_way` cost `2 * one_way`
+/// more than a direct one (module documentation, "Calibration").
+async fn calibrate(one_way: Duration) -> io::Result<Duration> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let echo = listener.local_addr()?;
+    let server = tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let mut buf = [0_u8; 64];
+                while let Ok(n @ 1..) = s.read(&mut buf).await {
+                    if s.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let result = async {
+        let direct = median_echo(echo).await?;
+        let mut compensation = Duration::ZERO;
+        for _ in 0..3 {
+            let proxy = LatencyProxy::bind_compensated(
+                "127.0.0.1:0".parse().expect("a socket address"),
+                &echo.to_string(),
+                one_way,
+                compensation,
+            )
+            .await?;
+            let through = median_echo(proxy.local_addr()).await?;
+            let excess = through.as_secs_f64() - direct.as_secs_f64() - 2.0 * one_way.as_secs_f64();
+            compensation = Duration::from_secs_f64(
+                (compensation.as_secs_f64() + excess / 2.0).clamp(0.0, one_way.as_secs_f64()),
+            );
+        }
+        Ok(compensation)
+    }
+    .await;
+    server.abort();
+    result
+}
+
+/// The median time of [`CALIBRATION_ECHOES`] 16-byte echoes over one connection to `addr`.
+async fn median_echo(addr: SocketAddr) -> io::Result<Duration> {
+    let mut s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    let mut times = Vec::with_capacity(CALIBRATION_ECHOES);
+    let mut buf = [0_u8; 16];
+    for i in 0..CALIBRATION_ECHOES + 20 {
+        let start = std::time::Instant::now();
+        s.write_all(&[0x5a; 16]).await?;
+        s.read_exact(&mut buf).await?;
+        if i >= 20 {
+            times.push(start.elapsed());
+        }
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
 }
 
 /// Which side the last bytes came from (per connection).

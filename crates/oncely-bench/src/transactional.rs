@@ -599,9 +599,14 @@ impl Bench {
             Some(p) => p.url(&direct)?,
             None => direct,
         };
+        // `ONCELY_BENCH_PG_COMPLETION_WITH_COMMIT=1`: the layer sends its completion with the
+        // commit in one message (`PostgresStore::with_completion_sent_with_commit`).
+        let one_message =
+            std::env::var("ONCELY_BENCH_PG_COMPLETION_WITH_COMMIT").is_ok_and(|v| v == "1");
         let store = PostgresStore::connect(&url)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+            .with_completion_sent_with_commit(one_message);
         store.migrate().await.map_err(|e| e.to_string())?;
         let pool = store.pool().clone();
         for ddl in [PG_SCHEMA, PG_INDEX] {
