@@ -28,8 +28,10 @@
  *
  * @module
  */
-export { withRetries, sendGuard } from './retry.js';
-export type { CallOptions, FetchLike, OncelyRequestInit, RetryingFetch, RetryMetrics } from './retry.js';
+export { withRetries } from './retry.js';
+export type { RetryingFetch, RetryMetrics } from './retry.js';
+export { sendGuard } from './guard.js';
+export type { CallOptions, FetchLike, OncelyRequestInit } from './options.js';
 export { resolvePolicy, DEFAULT_MAX_ATTEMPTS, DEFAULT_DEADLINE_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, } from './policy.js';
 export type { RetryEvent, RetryPolicy, RetryPolicyOptions } from './policy.js';
 export { ceilingMs, delayMs, DEFAULT_BACKOFF, DEFAULT_BASE_DELAY_MS, DEFAULT_MAX_DELAY_MS } from './backoff.js';

@@ -28,7 +28,8 @@
  *
  * @module
  */
-export { withRetries, sendGuard } from './retry.js';
+export { withRetries } from './retry.js';
+export { sendGuard } from './guard.js';
 export { resolvePolicy, DEFAULT_MAX_ATTEMPTS, DEFAULT_DEADLINE_MS, DEFAULT_ATTEMPT_TIMEOUT_MS, } from './policy.js';
 export { ceilingMs, delayMs, DEFAULT_BACKOFF, DEFAULT_BASE_DELAY_MS, DEFAULT_MAX_DELAY_MS } from './backoff.js';
 export { RetryBudget, DEFAULT_BUDGET } from './budget.js';

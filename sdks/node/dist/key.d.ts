@@ -54,6 +54,18 @@ export declare function hasSurroundingWhitespace(raw: string): boolean;
  * normalises values).
  */
 export declare function rawKeyValues(init: unknown): string[];
+/**
+ * The caller's key of one call and what is wrong with it: the `Idempotency-Key` of `headers`
+ * (the attempt's header set) or `optionKey` (`init.oncely.idempotencyKey`), checked with the
+ * server's rules; `rawHeaders` is the caller's `init.headers`, whose raw values still show
+ * surrounding whitespace. `invalid` is the reason to refuse the call before anything is sent
+ * (`INVALID_IDEMPOTENCY_KEY`), with `key` the key it refuses; `key` is `undefined` when the
+ * caller set none.
+ */
+export declare function callerKey(headers: Headers, rawHeaders: unknown, optionKey: string | undefined): {
+    key: string | undefined;
+    invalid?: string;
+};
 /** Whether a key is a valid `Idempotency-Key` value by the server's rules. */
 export declare function isValidKey(raw: string): boolean;
 /**

@@ -11,7 +11,7 @@
  *    `mintKeys: false`); every attempt of this call carries that same key.
  * 4. Sends an attempt with the timeout `min(attemptTimeoutMs, time left)`, as an `AbortSignal`
  *    combined with the caller's `init.signal`. As with `fetch`'s own signal, it also bounds
- *    reading the body of the response that is finally returned.
+ *    reading the body of the response that is finally returned (`attempt`).
  * 5. Classifies the outcome (`classify`): for an error response (400 to 599) with a JSON body of
  *    at most 64 KiB, it reads the body within what is left of the attempt's time, for the
  *    problem+json `code` and `retryable`, and hands the response back with the same bytes. A
@@ -21,47 +21,14 @@
  *    tells `onRetry` and the debug log (`NODE_DEBUG=oncely`), sleeps and repeats. The body of
  *    every response that is not returned is cancelled, so its socket is freed.
  *
+ * An inner layer of ours under this loop passes each attempt through (`guard`).
+ *
  * @module
  */
 import type { RetryBudget } from './budget.js';
-import { type ResponseClassifier } from './classify.js';
 import { type OncelyErrorCode } from './errors.js';
+import { type FetchLike, type OncelyRequestInit } from './options.js';
 import { type RetryPolicy, type RetryPolicyOptions } from './policy.js';
-/** Anything with `fetch`'s signature: the platform `fetch`, or a wrapper around it. */
-export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
-/**
- * Per-call overrides, passed as `init.oncely`:
- *
- * ```js
- * await retrying('https://api.example.com/v1/payments', {
- *   method: 'POST',
- *   body: JSON.stringify({ amount: 1000 }),
- *   oncely: { idempotencyKey: 'order-confirm-42', deadlineMs: 5_000 },
- * });
- * ```
- */
-export interface CallOptions {
-    /** This call's overall deadline instead of the policy's, in milliseconds. */
-    deadlineMs?: number;
-    /** This call's total attempts instead of the policy's (1 disables retries for it). */
-    maxAttempts?: number;
-    /** This call's per-attempt timeout instead of the policy's, in milliseconds (above 0). */
-    attemptTimeoutMs?: number;
-    /**
-     * This call's `Idempotency-Key` (the same as setting the header; an event-derived key such as
-     * `order-confirm-${orderId}` is best). Checked with the server's rules before sending.
-     */
-    idempotencyKey?: string;
-    /** Whether this call gets a key minted (a `POST` or `PATCH` without one). Default: the policy's. */
-    mintKeys?: boolean;
-    /** This call's response hook instead of the policy's. */
-    classifier?: ResponseClassifier;
-}
-/** `RequestInit` with this SDK's per-call options. */
-export interface OncelyRequestInit extends RequestInit {
-    /** Per-call overrides (see {@link CallOptions}). */
-    oncely?: CallOptions;
-}
 /** Counters of one wrapped function, since it was made. */
 export interface RetryMetrics {
     /** Logical calls started. */
@@ -88,17 +55,6 @@ export interface RetryingFetch {
     /** A snapshot of the counters. */
     metrics(): RetryMetrics;
 }
-/**
- * The bottom of a stack built by hand: counts the requests of each logical call that really go
- * out and refuses (without sending) any beyond the call's attempt limit or past its deadline.
- * Outside a call of `withRetries` it passes everything through.
- *
- * `withRetries` needs it only under a retry layer that is not ours:
- * `withRetries(otherRetryLayer(sendGuard(fetch)))`. When one attempt of ours turned into
- * several requests, our loop stops with `NESTED_RETRY_LAYER` instead of retrying. (An inner
- * `withRetries` does the same counting by itself.)
- */
-export declare function sendGuard(fetchImpl?: FetchLike): FetchLike;
 /**
  * Wraps a `fetch` (default: the platform's `globalThis.fetch`) with the retry loop.
  *

@@ -11,7 +11,7 @@
  *    `mintKeys: false`); every attempt of this call carries that same key.
  * 4. Sends an attempt with the timeout `min(attemptTimeoutMs, time left)`, as an `AbortSignal`
  *    combined with the caller's `init.signal`. As with `fetch`'s own signal, it also bounds
- *    reading the body of the response that is finally returned.
+ *    reading the body of the response that is finally returned (`attempt`).
  * 5. Classifies the outcome (`classify`): for an error response (400 to 599) with a JSON body of
  *    at most 64 KiB, it reads the body within what is left of the attempt's time, for the
  *    problem+json `code` and `retryable`, and hands the response back with the same bytes. A
@@ -21,159 +21,21 @@
  *    tells `onRetry` and the debug log (`NODE_DEBUG=oncely`), sleeps and repeats. The body of
  *    every response that is not returned is cancelled, so its socket is freed.
  *
+ * An inner layer of ours under this loop passes each attempt through (`guard`).
+ *
  * @module
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { debuglog } from 'node:util';
-import { discard, isJson, MAX_PROBLEM_BODY, prepareRequest, raceSignal, readSmallBody, rebuildResponse, replayedBody, } from './body.js';
-import { classifyResponse, classifyTransport, describeReason, parseProblem, } from './classify.js';
+import { Aborted, linkSignals, sendAttempt } from './attempt.js';
+import { discard, prepareRequest } from './body.js';
+import { describeReason } from './classify.js';
 import { isOncelyRetryError, OncelyAbortError, OncelyRetryError } from './errors.js';
-import { hasSurroundingWhitespace, IDEMPOTENCY_KEY, keyProblem, needsKey, rawKeyValues } from './key.js';
-import { attemptCount, attemptTimeout, callDeadline, knownOptions, resolvePolicy } from './policy.js';
-import { retryAfterFromHeaders } from './retry-after.js';
+import { activeCall, guardedSend, nestedReason } from './guard.js';
+import { callerKey, IDEMPOTENCY_KEY, keyProblem, needsKey } from './key.js';
+import { callOptions, withoutOncely } from './options.js';
+import { attemptCount, attemptTimeout, callDeadline, resolvePolicy } from './policy.js';
 import { CallState, Deadline } from './schedule.js';
-import { transportOf } from './transport.js';
 const debug = debuglog('oncely');
-const CALL_OPTIONS = ['deadlineMs', 'maxAttempts', 'attemptTimeoutMs', 'idempotencyKey', 'mintKeys', 'classifier'];
-/**
- * Checks `init.oncely`: an object of known {@link CallOptions} members, a string key.
- *
- * @throws TypeError naming an unknown option (`deadlinMs`), for a value that is not an object,
- * or for an `idempotencyKey` that is not a string.
- */
-function callOptions(value) {
-    if (value === undefined)
-        return {};
-    knownOptions('init.oncely', value, CALL_OPTIONS);
-    const options = value;
-    if (options.idempotencyKey !== undefined && typeof options.idempotencyKey !== 'string') {
-        throw new TypeError(`oncely: init.oncely.idempotencyKey must be a string, got ${typeof options.idempotencyKey}`);
-    }
-    return options;
-}
-/**
- * One logical call at a time per async context: an inner `withRetries` (or a
- * {@link sendGuard}) sees the outer call and passes each attempt straight through.
- * `AsyncLocalStorage` follows the call through any wrapper between the two, even one that
- * rebuilds `init` and drops members it does not know.
- */
-const activeCall = new AsyncLocalStorage();
-/** A send refused by a guard below the retry loop (another retry layer re-sent the request). */
-class GuardRefusal extends Error {
-    kind;
-    constructor(kind, max) {
-        super(kind === 'deadline'
-            ? "oncely: not sent: the call's deadline has passed"
-            : `oncely: not sent: the call's ${max} requests are spent (another retry layer re-sent it)`);
-        this.name = 'GuardRefusal';
-        this.kind = kind;
-    }
-}
-/** The attempt timeout this SDK enforced. */
-class AttemptTimeoutError extends Error {
-    constructor(ms) {
-        super(`attempt timed out after ${Math.round(ms)} ms`);
-        this.name = 'AttemptTimeoutError';
-    }
-}
-function findInChain(error, test) {
-    let current = error;
-    for (let depth = 0; depth < 16 && current !== undefined && current !== null; depth++) {
-        if (test(current))
-            return current;
-        current = current.cause;
-    }
-    return undefined;
-}
-const isGuardRefusal = (e) => e instanceof GuardRefusal;
-async function guardedSend(active, next, input, init) {
-    if (active.deadline.remaining(active.clock.now()) <= 0)
-        throw new GuardRefusal('deadline', active.maxSends);
-    if (active.sends >= active.maxSends + active.inFlight)
-        throw new GuardRefusal('attempt-cap', active.maxSends);
-    active.sends += 1;
-    const response = await next(input, init);
-    active.lastStatus = response.status;
-    return response;
-}
-function withoutOncely(init) {
-    if (init === undefined || !('oncely' in init))
-        return init;
-    const { oncely: _ignored, ...rest } = init;
-    return rest;
-}
-/**
- * The bottom of a stack built by hand: counts the requests of each logical call that really go
- * out and refuses (without sending) any beyond the call's attempt limit or past its deadline.
- * Outside a call of `withRetries` it passes everything through.
- *
- * `withRetries` needs it only under a retry layer that is not ours:
- * `withRetries(otherRetryLayer(sendGuard(fetch)))`. When one attempt of ours turned into
- * several requests, our loop stops with `NESTED_RETRY_LAYER` instead of retrying. (An inner
- * `withRetries` does the same counting by itself.)
- */
-export function sendGuard(fetchImpl = (i, n) => globalThis.fetch(i, n)) {
-    return (input, init) => {
-        const active = activeCall.getStore();
-        if (active === undefined)
-            return fetchImpl(input, withoutOncely(init));
-        return guardedSend(active, fetchImpl, input, withoutOncely(init));
-    };
-}
-/**
- * The attempt's signal: aborts when the caller's signal or the attempt's timeout does.
- *
- * Not `AbortSignal.any`: in Node 20 every signal it makes stays registered on its sources until
- * they abort, so a long-lived caller signal (one shutdown signal for every request) would grow
- * by one entry per attempt. Here the link to the caller's signal is removed when the attempt
- * is over (`unlink`) or when its timeout fires, whichever comes first.
- */
-/**
- * The signal of one attempt: aborted by the caller's signal or by the attempt's timeout.
- * `unlink` detaches both; `release` is for an attempt whose response is handed back to the
- * caller: from then on the timeout no longer aborts it (the caller reads the body when it likes,
- * even after the attempt's time is over), while the caller's signal still does until the
- * timeout would have fired, when both are detached.
- */
-function linkSignals(caller, timeout) {
-    const controller = new AbortController();
-    let released = false;
-    const unlink = () => {
-        caller?.removeEventListener('abort', onCaller);
-        timeout.removeEventListener('abort', onTimeout);
-    };
-    const onCaller = () => {
-        unlink();
-        controller.abort(caller?.reason);
-    };
-    const onTimeout = () => {
-        unlink();
-        if (!released)
-            controller.abort(timeout.reason);
-    };
-    if (caller?.aborted)
-        controller.abort(caller.reason);
-    else if (timeout.aborted)
-        controller.abort(timeout.reason);
-    else {
-        caller?.addEventListener('abort', onCaller, { once: true });
-        timeout.addEventListener('abort', onTimeout, { once: true });
-    }
-    return {
-        signal: controller.signal,
-        unlink,
-        release: () => {
-            released = true;
-        },
-    };
-}
-/** The caller's signal fired: stop now. */
-class Aborted {
-    inAttempt;
-    constructor(inAttempt) {
-        this.inAttempt = inAttempt;
-    }
-}
 function urlOf(input) {
     try {
         const u = new URL(input instanceof Request ? input.url : String(input));
@@ -239,23 +101,11 @@ export function withRetries(first, second) {
         let prepared;
         try {
             headers = new Headers(init?.headers ?? (isRequest ? input.headers : undefined));
-            const headerKey = headers.get(IDEMPOTENCY_KEY) ?? undefined;
-            key = headerKey;
-            if (options.idempotencyKey !== undefined) {
-                key = options.idempotencyKey;
-                if (headerKey !== undefined && headerKey !== options.idempotencyKey) {
-                    throw giveUp('INVALID_IDEMPOTENCY_KEY', 'invalid idempotency key, nothing sent: the Idempotency-Key header and oncely.idempotencyKey differ');
-                }
-            }
-            const spaced = [...rawKeyValues(init?.headers), ...(options.idempotencyKey === undefined ? [] : [options.idempotencyKey])].find(hasSurroundingWhitespace);
-            if (spaced !== undefined) {
-                key = spaced;
-                throw giveUp('INVALID_IDEMPOTENCY_KEY', 'invalid idempotency key, nothing sent: the key has leading or trailing whitespace, which the server drops (RFC 9110 section 5.5), so it would store another key than this one');
-            }
+            const caller = callerKey(headers, init?.headers, options.idempotencyKey);
+            key = caller.key;
+            if (caller.invalid !== undefined)
+                throw giveUp('INVALID_IDEMPOTENCY_KEY', caller.invalid);
             if (key !== undefined) {
-                const problem = keyProblem(key);
-                if (problem)
-                    throw giveUp('INVALID_IDEMPOTENCY_KEY', `invalid idempotency key, nothing sent: ${problem.detail}`);
                 headers.set(IDEMPOTENCY_KEY, key);
             }
             else if (mint && needsKey(method)) {
@@ -282,6 +132,7 @@ export function withRetries(first, second) {
         delete rest.body;
         delete rest.signal;
         const active = { sends: 0, maxSends: maxAttempts, inFlight: 0, deadline: call.deadline, clock, lastStatus: undefined };
+        const context = { fetchImpl, policy, facts, classifier, active, callerSignal };
         // The status of the previous attempt's response, if it got one (for an error raised before
         // the next attempt is sent).
         let previousStatus;
@@ -306,7 +157,7 @@ export function withRetries(first, second) {
             const sendsBefore = active.sends;
             let attempt;
             try {
-                attempt = await runAttempt(next.input, attemptInit, signal, timeout, callerSignal, limit, facts, classifier, active);
+                attempt = await sendAttempt(context, next.input, attemptInit, signal, timeout, limit);
             }
             catch (e) {
                 unlink();
@@ -383,7 +234,7 @@ export function withRetries(first, second) {
             counters.retries += 1;
             if (plan.source === 'retry-after')
                 counters.retryAfterWaits += 1;
-            const event = {
+            reportRetry(policy, {
                 attempt: call.attempts,
                 nextAttempt: call.attempts + 1,
                 reason: describeReason(reason),
@@ -399,23 +250,7 @@ export function withRetries(first, second) {
                 idempotencyKey: key,
                 method,
                 url,
-            };
-            debug('retrying: attempt=%d next_attempt=%d reason=%s error=%s method=%s url=%s wait_ms=%d wait_source=%s backoff_ms=%d retry_after_ms=%s tokens_left=%s cost=%s key=%s', event.attempt, event.nextAttempt, event.reason, lastError === undefined ? '-' : String(lastError?.message ?? lastError), method, url, Math.round(plan.waitMs), plan.source, Math.round(plan.backoffMs), plan.hintMs === undefined ? '-' : Math.round(plan.hintMs), plan.tokensLeft ?? '-', plan.cost ?? '-', key ?? '-');
-            if (policy.onRetry) {
-                try {
-                    // An async hook is not awaited (it never delays the retry), but its rejection is
-                    // caught like a throw: a hook's bug never ends the process or the call.
-                    const returned = policy.onRetry(event);
-                    if (returned !== null && typeof returned === 'object' && typeof returned.then === 'function') {
-                        Promise.resolve(returned).catch((hookError) => {
-                            debug('the onRetry hook rejected; ignored: %s', String(hookError));
-                        });
-                    }
-                }
-                catch (hookError) {
-                    debug('the onRetry hook threw; ignored: %s', String(hookError));
-                }
-            }
+            });
             try {
                 await clock.sleep(plan.waitMs, callerSignal);
             }
@@ -434,77 +269,35 @@ export function withRetries(first, second) {
             }
         }
     }
-    /** Sends one attempt and classifies what came back. Throws {@link Aborted} for the caller's abort. */
-    async function runAttempt(input, init, signal, timeout, callerSignal, limit, facts, classifier, active) {
-        let response;
-        try {
-            const sent = activeCall.run(active, () => {
-                try {
-                    return Promise.resolve(fetchImpl(input, init));
-                }
-                catch (syncError) {
-                    return Promise.reject(syncError);
-                }
-            });
-            // A fetch that ignores its signal still ends the attempt at the timeout; its late
-            // response's body is cancelled.
-            response = await raceSignal(sent, signal, discard);
-        }
-        catch (error) {
-            if (callerSignal?.aborted)
-                throw new Aborted(true);
-            if (isOncelyRetryError(error))
-                return { kind: 'decided', error };
-            const refusal = findInChain(error, isGuardRefusal);
-            if (refusal) {
-                return { kind: 'stop', code: refusal.kind === 'deadline' ? 'DEADLINE_EXHAUSTED' : 'NESTED_RETRY_LAYER', error };
-            }
-            if (timeout.aborted) {
-                return {
-                    kind: 'failed',
-                    error: new AttemptTimeoutError(limit),
-                    verdict: classifyTransport(facts, 'after-send', 'timeout'),
-                };
-            }
-            const { phase, failure } = transportOf(error);
-            return { kind: 'failed', error, verdict: classifyTransport(facts, phase, failure) };
-        }
-        const status = response.status;
-        const hintMs = retryAfterFromHeaders(response.headers, policy.clock.systemNow());
-        let problem;
-        if (status >= 400 && status <= 599 && response.body !== null && isJson(response.headers)) {
-            const declared = response.headers.get('content-length');
-            const declaredSmall = declared === null || !(Number(declared) > MAX_PROBLEM_BODY);
-            if (declaredSmall) {
-                // Reading the body is part of the attempt: bounded by what is left of its time.
-                const inspected = await readSmallBody(response.body, signal);
-                if (callerSignal?.aborted) {
-                    inspected.reader?.cancel().catch(() => { });
-                    throw new Aborted(true);
-                }
-                if (inspected.read === 'complete') {
-                    problem = parseProblem(new TextDecoder('utf-8', { fatal: false, ignoreBOM: true }).decode(inspected.bytes));
-                    response = rebuildResponse(response, inspected.bytes);
-                }
-                else {
-                    debug('the error body of a %d response %s after %d bytes; the status decides', status, inspected.read === 'too-large' ? 'is over 64 KiB' : inspected.read === 'timed-out' ? 'did not arrive in time' : 'broke', inspected.bytes.byteLength);
-                    response = rebuildResponse(response, replayedBody(inspected));
-                }
-            }
-        }
-        const verdict = classifyResponse(facts, { status, headers: response.headers, problem }, policy.retry500, classifier);
-        return { kind: 'response', response, verdict, hintMs };
-    }
     return Object.assign(retrying, {
         policy,
         budget: policy.budget,
         metrics: () => Object.freeze({ ...counters, errors: Object.freeze({ ...errorCounts }) }),
     });
 }
-const BODY_NOT_REPLAYABLE = 'request body is a stream and cannot be resent, so it was sent once and not retried';
-function nestedReason(requests) {
-    return `another retry layer below this one re-sent the request (${requests} requests in all); two retry layers in one stack are not supported, so this one did not retry`;
+/**
+ * Tells the debug log (`NODE_DEBUG=oncely`) and the policy's `onRetry` hook about a planned
+ * retry. An async hook is not awaited (it never delays the retry), but its rejection is caught
+ * like a throw: a hook's bug never ends the process or the call.
+ */
+function reportRetry(policy, event) {
+    const { error } = event;
+    debug('retrying: attempt=%d next_attempt=%d reason=%s error=%s method=%s url=%s wait_ms=%d wait_source=%s backoff_ms=%d retry_after_ms=%s tokens_left=%s cost=%s key=%s', event.attempt, event.nextAttempt, event.reason, error === undefined ? '-' : String(error?.message ?? error), event.method, event.url, Math.round(event.waitMs), event.waitSource, Math.round(event.backoffMs), event.retryAfterMs === undefined ? '-' : Math.round(event.retryAfterMs), event.tokensLeft ?? '-', event.cost ?? '-', event.idempotencyKey ?? '-');
+    if (!policy.onRetry)
+        return;
+    try {
+        const returned = policy.onRetry(event);
+        if (returned !== null && typeof returned === 'object' && typeof returned.then === 'function') {
+            Promise.resolve(returned).catch((hookError) => {
+                debug('the onRetry hook rejected; ignored: %s', String(hookError));
+            });
+        }
+    }
+    catch (hookError) {
+        debug('the onRetry hook threw; ignored: %s', String(hookError));
+    }
 }
+const BODY_NOT_REPLAYABLE = 'request body is a stream and cannot be resent, so it was sent once and not retried';
 function stopReason(stop) {
     switch (stop.code) {
         case 'ATTEMPTS_EXHAUSTED':

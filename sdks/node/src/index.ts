@@ -29,8 +29,10 @@
  * @module
  */
 
-export { withRetries, sendGuard } from './retry.js';
-export type { CallOptions, FetchLike, OncelyRequestInit, RetryingFetch, RetryMetrics } from './retry.js';
+export { withRetries } from './retry.js';
+export type { RetryingFetch, RetryMetrics } from './retry.js';
+export { sendGuard } from './guard.js';
+export type { CallOptions, FetchLike, OncelyRequestInit } from './options.js';
 export {
   resolvePolicy,
   DEFAULT_MAX_ATTEMPTS,

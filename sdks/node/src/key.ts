@@ -114,6 +114,42 @@ export function rawKeyValues(init: unknown): string[] {
   return values;
 }
 
+/**
+ * The caller's key of one call and what is wrong with it: the `Idempotency-Key` of `headers`
+ * (the attempt's header set) or `optionKey` (`init.oncely.idempotencyKey`), checked with the
+ * server's rules; `rawHeaders` is the caller's `init.headers`, whose raw values still show
+ * surrounding whitespace. `invalid` is the reason to refuse the call before anything is sent
+ * (`INVALID_IDEMPOTENCY_KEY`), with `key` the key it refuses; `key` is `undefined` when the
+ * caller set none.
+ */
+export function callerKey(
+  headers: Headers,
+  rawHeaders: unknown,
+  optionKey: string | undefined,
+): { key: string | undefined; invalid?: string } {
+  const headerKey = headers.get(IDEMPOTENCY_KEY) ?? undefined;
+  let key = headerKey;
+  if (optionKey !== undefined) {
+    key = optionKey;
+    if (headerKey !== undefined && headerKey !== optionKey) {
+      return { key, invalid: 'invalid idempotency key, nothing sent: the Idempotency-Key header and oncely.idempotencyKey differ' };
+    }
+  }
+  const spaced = [...rawKeyValues(rawHeaders), ...(optionKey === undefined ? [] : [optionKey])].find(hasSurroundingWhitespace);
+  if (spaced !== undefined) {
+    return {
+      key: spaced,
+      invalid:
+        'invalid idempotency key, nothing sent: the key has leading or trailing whitespace, which the server drops (RFC 9110 section 5.5), so it would store another key than this one',
+    };
+  }
+  if (key !== undefined) {
+    const problem = keyProblem(key);
+    if (problem) return { key, invalid: `invalid idempotency key, nothing sent: ${problem.detail}` };
+  }
+  return { key };
+}
+
 /** Whether a key is a valid `Idempotency-Key` value by the server's rules. */
 export function isValidKey(raw: string): boolean {
   return keyProblem(raw) === undefined;

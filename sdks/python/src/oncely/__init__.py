@@ -16,6 +16,8 @@ a retry find out without running it twice.
 
 from __future__ import annotations
 
+import logging
+
 from .backoff import Backoff
 from .budget import BudgetConfig, RetryBudget
 from .classify import Problem, ResponseFacts
@@ -33,8 +35,13 @@ from .errors import (
     RetryError,
 )
 from .key import is_valid_key
+from .metrics import RetryMetrics
 from .policy import CallOptions, RetryPolicy
-from .transport import AsyncRetryTransport, RetryMetrics, RetryTransport
+from .transport import AsyncRetryTransport, RetryTransport
+
+# A library adds no handler but this one (the logging HOWTO, "Configuring Logging for a
+# Library"): the application decides where the ``oncely`` logger's records go.
+logging.getLogger("oncely").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
