@@ -133,9 +133,14 @@ pub(crate) fn hash_framed(body: &[u8], h: &mut Sha256) -> Result<(), JcsError> {
                     Ok(b) => b,
                     Err(_) => &mut fresh,
                 };
-                buf.clear();
-                buf.reserve(SINK_BUF);
-                let mut sink = HashSink { h: &mut *h, buf };
+                // Zeroed once per thread.
+                buf.resize(SINK_BUF, 0);
+                let buf: &mut [u8; SINK_BUF] = (&mut buf[..]).try_into().expect("SINK_BUF bytes");
+                let mut sink = HashSink {
+                    h: &mut *h,
+                    buf,
+                    len: 0,
+                };
                 tape.emit_all(&mut sink);
                 sink.flush();
             });
