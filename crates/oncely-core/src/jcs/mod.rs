@@ -12,8 +12,9 @@
 //!   they are unless an escape is not the canonical one (`\/`, `\u0041`, upper-case hex...),
 //!   numbers unless they are not in ECMAScript's shortest form (RFC 8785 section 3.2.2.3;
 //!   re-formatted with `ryu-js`, the formatter of the ECMAScript `Number.prototype.toString`
-//!   algorithm), or are numbers no double carries, which are kept as written (see
-//!   [Numbers](#numbers)).
+//!   algorithm, or, for a short decimal whose fraction only ends in zeros such as `5.10`, cut
+//!   to the prefix that is that form), or are numbers no double carries, which are kept as
+//!   written (see [Numbers](#numbers)).
 //!
 //! # What is refused
 //!
