@@ -27,33 +27,17 @@ use sha2::{Digest, Sha256};
 use std::hint::black_box;
 use std::time::Duration;
 
+#[path = "support/order_body.rs"]
+mod order_body;
+use order_body::json_body;
+
 const SIZES: [(&str, usize); 3] = [("1KiB", 1 << 10), ("64KiB", 64 << 10), ("1MiB", 1 << 20)];
 
-/// A realistic JSON API body of about `target` bytes: an order with line items (strings,
-/// integers, decimals, booleans, nested objects and arrays), keys deliberately not sorted.
-fn json_body(target: usize) -> Vec<u8> {
-    let mut out = String::from(
-        r#"{"customer":{"name":"Ada Lovelace","email":"ada@example.com"},"currency":"eur","items":["#,
-    );
-    let mut i = 0u32;
-    while out.len() + 2 < target {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&format!(
-            r#"{{"sku":"SKU-{i:06}","quantity":{},"unit_price":{}.{:02},"gift":{},"meta":{{"warehouse":"w{}","tags":["a","b{}"]}},"note":"line item number {i} of the order"}}"#,
-            i % 17 + 1,
-            i % 997,
-            i % 100,
-            i.is_multiple_of(2),
-            i % 5,
-            i % 3
-        ));
-        i += 1;
-    }
-    out.push_str("]}");
-    assert!(serde_json::from_str::<serde_json::Value>(&out).is_ok());
-    out.into_bytes()
+/// [`json_body`], checked to be JSON.
+fn checked_json_body(target: usize) -> Vec<u8> {
+    let out = json_body(target);
+    assert!(serde_json::from_slice::<serde_json::Value>(&out).is_ok());
+    out
 }
 
 fn raw_body(len: usize) -> Vec<u8> {
@@ -108,9 +92,9 @@ fn benches(c: &mut Criterion) {
             .sample_size(20);
         for (label, size) in SIZES {
             let body = if group_name == "fingerprint_json_canonical" {
-                canonical_json(&json_body(size)).unwrap()
+                canonical_json(&checked_json_body(size)).unwrap()
             } else if json {
-                json_body(size)
+                checked_json_body(size)
             } else {
                 raw_body(size)
             };

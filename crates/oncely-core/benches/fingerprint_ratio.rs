@@ -21,29 +21,9 @@ use sha2::{Digest, Sha256};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-fn json_body(target: usize) -> Vec<u8> {
-    let mut out = String::from(
-        r#"{"customer":{"name":"Ada Lovelace","email":"ada@example.com"},"currency":"eur","items":["#,
-    );
-    let mut i = 0u32;
-    while out.len() + 2 < target {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&format!(
-            r#"{{"sku":"SKU-{i:06}","quantity":{},"unit_price":{}.{:02},"gift":{},"meta":{{"warehouse":"w{}","tags":["a","b{}"]}},"note":"line item number {i} of the order"}}"#,
-            i % 17 + 1,
-            i % 997,
-            i % 100,
-            i.is_multiple_of(2),
-            i % 5,
-            i % 3
-        ));
-        i += 1;
-    }
-    out.push_str("]}");
-    out.into_bytes()
-}
+#[path = "support/order_body.rs"]
+mod order_body;
+use order_body::json_body;
 
 fn parts<'a>(content_type: &'a [u8], body: &'a [u8]) -> RequestParts<'a> {
     RequestParts {

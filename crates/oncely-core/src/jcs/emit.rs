@@ -76,6 +76,7 @@ impl Tape<'_> {
 
     /// Writes the member whose name is at tape index `i` (the name, the colon and the value);
     /// the index after its value. A joined name with a canonical value is one source range.
+    #[inline(always)]
     fn emit_member(&self, i: usize, out: &mut impl Sink) -> usize {
         let t = self.s.tape[i];
         if t.flags & F_JOINED != 0 {

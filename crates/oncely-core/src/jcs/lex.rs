@@ -17,7 +17,7 @@ pub(super) static STRING_STOP: [bool; 256] = {
 /// first byte that [`STRING_STOP`] stops at, or the end of `src`. Eight bytes per step (the
 /// "has a zero byte" test on a word, for `"`, `\` and bytes below 0x20 at once), then one at a
 /// time for the tail.
-#[inline]
+#[inline(always)]
 pub(super) fn string_run_end(src: &[u8], mut pos: usize) -> usize {
     pub(super) const LO: u64 = 0x0101_0101_0101_0101;
     pub(super) const HI: u64 = 0x8080_8080_8080_8080;

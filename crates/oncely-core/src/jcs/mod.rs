@@ -12,8 +12,9 @@
 //!   they are unless an escape is not the canonical one (`\/`, `\u0041`, upper-case hex...),
 //!   numbers unless they are not in ECMAScript's shortest form (RFC 8785 section 3.2.2.3;
 //!   re-formatted with `ryu-js`, the formatter of the ECMAScript `Number.prototype.toString`
-//!   algorithm), or are numbers no double carries, which are kept as written (see
-//!   [Numbers](#numbers)).
+//!   algorithm, or, for a short decimal whose fraction only ends in zeros such as `5.10`, cut
+//!   to the prefix that is that form), or are numbers no double carries, which are kept as
+//!   written (see [Numbers](#numbers)).
 //!
 //! # What is refused
 //!
@@ -133,9 +134,14 @@ pub(crate) fn hash_framed(body: &[u8], h: &mut Sha256) -> Result<(), JcsError> {
                     Ok(b) => b,
                     Err(_) => &mut fresh,
                 };
-                buf.clear();
-                buf.reserve(SINK_BUF);
-                let mut sink = HashSink { h: &mut *h, buf };
+                // Zeroed once per thread.
+                buf.resize(SINK_BUF, 0);
+                let buf: &mut [u8; SINK_BUF] = (&mut buf[..]).try_into().expect("SINK_BUF bytes");
+                let mut sink = HashSink {
+                    h: &mut *h,
+                    buf,
+                    len: 0,
+                };
                 tape.emit_all(&mut sink);
                 sink.flush();
             });

@@ -25,6 +25,7 @@ pub(super) fn insertion_sort<T: Copy>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -
 /// names whose prefixes differ are in the order of their prefixes (byte order; a padding zero
 /// marks the end of the shorter name, which then is a prefix of the other), so most member
 /// comparisons are one integer comparison.
+#[inline(always)]
 pub(super) fn name_prefix(buf: &[u8], a: usize, b: usize) -> u64 {
     let n = (b - a).min(8);
     match buf.get(a..a + 8) {

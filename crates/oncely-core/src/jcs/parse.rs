@@ -14,7 +14,9 @@ pub(super) struct Parser<'a> {
     pub(super) src: &'a [u8],
     pub(super) pos: usize,
     pub(super) s: &'a mut Scratch,
-    /// The length of the canonical form so far.
+    /// The length of the canonical form: the body's length, less what was read and is not
+    /// written (whitespace, escapes and number digits written shorter), plus what is written
+    /// longer (a number's exponent sign). Most tokens are written as they are and change nothing.
     pub(super) len: u64,
     /// The first I-JSON violation, reported once the whole body is known to be JSON.
     pub(super) violation: Option<JcsError>,
@@ -26,7 +28,7 @@ impl<'a> Parser<'a> {
             src,
             pos: 0,
             s,
-            len: 0,
+            len: src.len() as u64,
             violation: None,
         }
     }
@@ -59,6 +61,7 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
+        self.len -= (self.pos - start) as u64;
         self.pos != start
     }
 
@@ -107,7 +110,6 @@ impl<'a> Parser<'a> {
                         duplicate: false,
                         high: false,
                     });
-                    self.len += 2;
                     self.pos += 1;
                     if self.skip_ws() {
                         self.dirty();
@@ -123,7 +125,7 @@ impl<'a> Parser<'a> {
                         continue 'value;
                     }
                 }
-                b'"' => self.string(false)?,
+                b'"' => self.string()?,
                 b'-' | b'0'..=b'9' => self.number()?,
                 b't' => self.literal(b"true")?,
                 b'f' => self.literal(b"false")?,
@@ -143,7 +145,9 @@ impl<'a> Parser<'a> {
                     let root_clean = self.s.tape[0].flags & F_CLEAN != 0
                         || matches!(self.s.tape[0].kind, K_LIT | K_NUM | K_STR)
                             && self.s.tape[0].flags & (F_REWRITE | F_SIDE) == 0;
-                    return Ok((self.len, root_clean && !lead && !ws));
+                    // A number cut short to its canonical form is a shorter canonical form.
+                    let same_len = self.len == self.src.len() as u64;
+                    return Ok((self.len, root_clean && same_len && !lead && !ws));
                 };
                 if ws {
                     self.dirty();
@@ -151,7 +155,6 @@ impl<'a> Parser<'a> {
                 match (f.obj, self.src.get(self.pos)) {
                     (_, Some(b',')) => {
                         self.pos += 1;
-                        self.len += 1;
                         if self.skip_ws() {
                             self.dirty();
                         }
@@ -171,13 +174,23 @@ impl<'a> Parser<'a> {
     }
 
     /// A member name, the colon and the whitespace before the value.
+    #[inline(always)]
     fn key(&mut self) -> Result<(), JcsError> {
-        if self.src.get(self.pos) != Some(&b'"') {
+        let src = self.src;
+        let start = self.pos;
+        if src.get(start) != Some(&b'"') {
             return Err(self.err(JcsErrorKind::Syntax));
         }
-        let tok = self.s.tape.len() as u32;
-        self.s.members.push(tok);
-        self.string(true)?;
+        let tok = self.s.tape.len();
+        // Most names have no escape: one scan to the closing quote.
+        let end = string_run_end(src, start + 1);
+        if src.get(end) == Some(&b'"') {
+            self.pos = end + 1;
+            self.s.tape.push(key_tok(src, 0, start + 1, end));
+        } else {
+            self.escaped_string(true)?;
+        }
+        let pos = self.pos;
         {
             let Scratch {
                 tape,
@@ -189,15 +202,27 @@ impl<'a> Parser<'a> {
             let f = frames
                 .last_mut()
                 .expect("a member name is inside an object");
-            let t = &tape[tok as usize];
+            let t = &tape[tok];
             f.high |= t.flags & F_HIGH != 0;
-            if members.len() > f.members as usize + 1 {
-                let prev = &tape[members[members.len() - 2] as usize];
-                match name_cmp(prev, t, self.src, keybuf) {
+            if members.len() > f.members as usize {
+                let prev = &tape[members[members.len() - 1] as usize];
+                match name_cmp(prev, t, src, keybuf) {
                     Ordering::Less => {}
                     Ordering::Equal => f.duplicate = true,
                     Ordering::Greater => f.ordered = false,
                 }
+            }
+            members.push(tok as u32);
+            // Compact JSON: the colon right after the name, the value right after the colon.
+            if let Some(&[b':', next]) = src.get(pos..pos + 2)
+                && next > b' '
+            {
+                self.pos = pos + 1;
+                let t = &mut tape[tok];
+                if t.flags & F_SIDE == 0 {
+                    t.flags |= F_JOINED;
+                }
+                return Ok(());
             }
         }
         let mut joined = true;
@@ -209,15 +234,12 @@ impl<'a> Parser<'a> {
             return Err(self.err(JcsErrorKind::Syntax));
         }
         self.pos += 1;
-        self.len += 1;
         if self.skip_ws() {
             self.dirty();
             joined = false;
         }
-        if joined
-            && let Some(t) = self.s.tape.last_mut()
-            && t.flags & F_SIDE == 0
-        {
+        let t = &mut self.s.tape[tok];
+        if joined && t.flags & F_SIDE == 0 {
             t.flags |= F_JOINED;
         }
         Ok(())
@@ -321,57 +343,39 @@ impl<'a> Parser<'a> {
         }
         self.push(K_LIT, 0, self.pos, self.pos + word.len());
         self.pos += word.len();
-        self.len += word.len() as u64;
         Ok(())
     }
 
     /// Pushes a member name token: `a..b` in the body, or in the side buffer for [`F_SIDE`].
-    #[inline]
     fn push_key(&mut self, flags: u8, a: usize, b: usize) {
         let buf = if flags & F_SIDE != 0 {
             &self.s.keybuf[..]
         } else {
             self.src
         };
-        let text = &buf[a..b];
-        let high = if !text.is_ascii() && text.iter().any(|&b| b >= 0xee) {
-            F_HIGH
-        } else {
-            0
-        };
-        let prefix = name_prefix(buf, a, b);
-        self.s.tape.push(Tok {
-            kind: K_KEY,
-            flags: flags | high,
-            a: a as u32,
-            b: b as u32,
-            c: (prefix >> 32) as u32,
-            d: prefix as u32,
-        });
+        let t = key_tok(buf, flags, a, b);
+        self.s.tape.push(t);
     }
 
-    /// A string (a member name when `key`): validates it, records whether its escapes are
-    /// canonical and, for a name with escapes, its unescaped text for sorting.
+    /// A string value (member names are read by [`Parser::key`]): validates it and records
+    /// whether its escapes are canonical.
     #[inline]
-    fn string(&mut self, key: bool) -> Result<(), JcsError> {
+    fn string(&mut self) -> Result<(), JcsError> {
         let src = self.src;
         let start = self.pos;
         // Most strings have no escape: one scan to the closing quote.
         let end = string_run_end(src, start + 1);
         if src.get(end) == Some(&b'"') {
             self.pos = end + 1;
-            self.len += (end + 1 - start) as u64;
-            if key {
-                self.push_key(0, start + 1, end);
-            } else {
-                self.push(K_STR, 0, start, end + 1);
-            }
+            self.push(K_STR, 0, start, end + 1);
             return Ok(());
         }
-        self.escaped_string(key)
+        self.escaped_string(false)
     }
 
-    /// [`Parser::string`] for a string with an escape (or a syntax error).
+    /// A string with an escape (or a syntax error), a member name when `key`: validates it,
+    /// records whether its escapes are canonical and, for a name, its unescaped text for
+    /// sorting.
     #[cold]
     #[inline(never)]
     fn escaped_string(&mut self, key: bool) -> Result<(), JcsError> {
@@ -428,7 +432,7 @@ impl<'a> Parser<'a> {
                 _ => return Err(self.err(JcsErrorKind::Syntax)),
             }
         }
-        self.len += canon_len;
+        self.len = self.len + canon_len - (self.pos - start) as u64;
         if rewrite {
             self.dirty();
         }
@@ -454,7 +458,6 @@ impl<'a> Parser<'a> {
     #[inline(never)]
     fn exact_digits(&mut self, start: usize, end: usize) {
         self.push(K_NUM, 0, start, end);
-        self.len += (end - start) as u64;
     }
 
     /// A number: validates its grammar (RFC 8259 section 6), and keeps it as is when already
@@ -500,7 +503,6 @@ impl<'a> Parser<'a> {
             }
             frac = Some((fs, p));
         }
-        let mantissa_end = p;
         let mut exp_ok = true;
         let mut has_exp = false;
         if matches!(src.get(p), Some(b'e' | b'E')) {
@@ -526,19 +528,18 @@ impl<'a> Parser<'a> {
         }
         self.pos = p;
         let token = &src[start..p];
-        // Significant digits of the mantissa: leading zeros do not count, trailing ones do.
-        let mantissa = &src[int_start..mantissa_end];
-        let mut significant = 0;
-        let mut nonzero = false;
-        for &d in mantissa {
-            if d == b'.' {
-                continue;
-            }
-            nonzero |= d != b'0';
-            if nonzero {
-                significant += 1;
-            }
-        }
+        // Significant digits of the mantissa: leading zeros do not count, trailing ones do. An
+        // integer part that is not `0` starts with a nonzero digit (JSON's grammar): then every
+        // digit counts; after `0`, the fraction's digits from its first nonzero one.
+        let frac_len = frac.map_or(0, |(fs, fe)| fe - fs);
+        let significant = if src[int_start] != b'0' {
+            int_end - int_start + frac_len
+        } else {
+            frac.map_or(0, |(fs, fe)| {
+                frac_len - src[fs..fe].iter().take_while(|&&d| d == b'0').count()
+            })
+        };
+        let nonzero = significant > 0;
         // Up to 15 significant digits and a modest exponent, every decimal is the shortest form
         // of its nearest double; beyond, it is accepted only if it is exactly that form's value.
         let must_be_exact = significant > 15 || !exp_ok;
@@ -558,8 +559,32 @@ impl<'a> Parser<'a> {
             };
         if canonical {
             self.push(K_NUM, 0, start, p);
-            self.len += token.len() as u64;
             return Ok(());
+        }
+        // The same notation with a fraction that ends in zeros (`5.10`, `12.0`, `0.00`): the
+        // token without those zeros (and without its point when no fraction digit is left) is
+        // the same decimal and passes the test above, so it is the canonical form, and a prefix
+        // of the token. `-0.0` and values below 1e-6 go the long way, below.
+        if !must_be_exact
+            && !has_exp
+            && let Some((fs, fe)) = frac
+        {
+            let mut e = fe;
+            while e > fs && src[e - 1] == b'0' {
+                e -= 1;
+            }
+            let trimmed = if e == fs {
+                !(neg && int_end - int_start == 1 && src[int_start] == b'0')
+            } else {
+                src[int_start] != b'0' || src[fs..e].iter().take_while(|&&d| d == b'0').count() <= 5
+            };
+            if trimmed {
+                let end = if e == fs { fs - 1 } else { e };
+                self.push(K_NUM, 0, start, end);
+                self.len -= (p - end) as u64;
+                self.dirty();
+                return Ok(());
+            }
         }
         let text = std::str::from_utf8(token).map_err(|_| self.err(JcsErrorKind::Syntax))?;
         let value: f64 = text.parse().map_err(|_| JcsError {
@@ -580,7 +605,7 @@ impl<'a> Parser<'a> {
             self.exact_digits(start, p);
             return Ok(());
         }
-        self.len += out.len() as u64;
+        self.len = self.len + out.len() as u64 - token.len() as u64;
         if out == token {
             self.push(K_NUM, 0, start, p);
         } else {
@@ -591,5 +616,28 @@ impl<'a> Parser<'a> {
             self.dirty();
         }
         Ok(())
+    }
+}
+
+/// The token of the member name `buf[a..b]`, with its [`name_prefix`] and [`F_HIGH`].
+#[inline(always)]
+fn key_tok(buf: &[u8], flags: u8, a: usize, b: usize) -> Tok {
+    let prefix = name_prefix(buf, a, b);
+    // The prefix holds the first 8 bytes: ASCII there, only the rest of a longer name is looked
+    // at again.
+    let text = &buf[a..b];
+    let ascii = prefix & 0x8080_8080_8080_8080 == 0 && text.iter().skip(8).all(u8::is_ascii);
+    let high = if !ascii && text.iter().any(|&c| c >= 0xee) {
+        F_HIGH
+    } else {
+        0
+    };
+    Tok {
+        kind: K_KEY,
+        flags: flags | high,
+        a: a as u32,
+        b: b as u32,
+        c: (prefix >> 32) as u32,
+        d: prefix as u32,
     }
 }

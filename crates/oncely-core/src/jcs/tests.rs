@@ -326,6 +326,36 @@ fn canonical_forms() {
     assert_eq!(is_canonical(b"1.0"), Ok(false));
 }
 
+/// A fraction that ends in zeros loses them (and its point when nothing is left), at the root,
+/// in an array and as a member's value; `-0.0` is `0` and values below 1e-6 take an exponent.
+#[test]
+fn fraction_zeros_are_cut() {
+    for (body, want) in [
+        ("5.10", "5.1"),
+        ("12.0", "12"),
+        ("0.00", "0"),
+        ("-0.0", "0"),
+        ("-0.50", "-0.5"),
+        ("-12.000", "-12"),
+        ("0.0000010", "0.000001"),
+        ("0.00000010", "1e-7"),
+        ("123456789012345.0", "123456789012345"),
+        ("1234567890123456.0", "1234567890123456"),
+    ] {
+        assert_eq!(ok(body), want, "{body}");
+        assert_eq!(is_canonical(body.as_bytes()), Ok(false), "{body}");
+        assert_eq!(ok(&format!("[{body},{body}]")), format!("[{want},{want}]"));
+        assert_eq!(
+            ok(&format!(r#"{{"b":{body},"a":{body}}}"#)),
+            format!(r#"{{"a":{want},"b":{want}}}"#)
+        );
+        assert_eq!(
+            ok(&format!(r#"{{"a":{body},"b":[{body}]}}"#)),
+            format!(r#"{{"a":{want},"b":[{want}]}}"#)
+        );
+    }
+}
+
 #[test]
 fn not_i_json_is_refused() {
     assert_eq!(
