@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Runs issue 11's transactional bench with the database and the application on separate CPU
-# cores: every process of this machine's database server on core 0 (PostgreSQL's postmaster and
-# backends; MySQL's or MariaDB's one `mysqld` / `mariadbd` process, with all its threads, also
-# the ones it starts later, which inherit the affinity), the bench on core 1. That is the split
-# of a deployment where the database has a host of its own; the plain `cargo bench` run shares
-# both cores between the two, so there every microsecond of the application's CPU is also taken
-# from the database. See docs/PERFORMANCE.md, "issue 11, round 6".
+# Runs the transactional bench (docs/PERFORMANCE.md, "The transactional layer against its floor")
+# with the database and the application on separate CPU cores: every process of this machine's
+# database server on core 0 (PostgreSQL's postmaster and backends; MySQL's or MariaDB's one `mysqld`
+# / `mariadbd` process, with all its threads, also the ones it starts later, which inherit the
+# affinity), the bench on core 1. That is the split of a deployment where the database has a host of
+# its own; the plain `cargo bench` run shares both cores between the two, so there every microsecond
+# of the application's CPU is also taken from the database. See docs/PERFORMANCE.md, "The
+# transactional layer against its floor".
 #
 # Usage (from the workspace root, as a user allowed to change the database processes'
 # affinity, e.g. root on the CI machine):

@@ -1,10 +1,9 @@
-//! Issue 11: `POST /v1/orders` as baseline (no idempotency), floor (the minimum claim and
-//! completion statements hand-written in the business transaction) and layer
-//! (`oncely_sqlx::layer` + `Tx`), in-process, on PostgreSQL, MySQL / MariaDB and SQLite, at
-//! concurrency 16 and
-//! 1; the three alternated round by round in one run, then the layer's replays (the same keys
-//! sent again). Then, at concurrency 1 with the statement counter on, the statements each
-//! variant sends per request.
+//! The transactional bench (docs/PERFORMANCE.md, "The transactional layer against its floor"):
+//! `POST /v1/orders` as baseline (no idempotency), floor (the minimum claim and completion
+//! statements hand-written in the business transaction) and layer (`oncely_sqlx::layer` + `Tx`),
+//! in-process, on PostgreSQL, MySQL / MariaDB and SQLite, at concurrency 16 and 1; the three
+//! alternated round by round in one run, then the layer's replays (the same keys sent again). Then,
+//! at concurrency 1 with the statement counter on, the statements each variant sends per request.
 //!
 //! Run: `ONCELY_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/oncely_bench \
 //! cargo bench -p oncely-bench --bench transactional`. Knobs (environment): `ONCELY_BENCH_ROUNDS`
@@ -17,7 +16,7 @@
 //!
 //! `crates/oncely-bench/split-cores.sh` runs it with the database server (PostgreSQL, or MySQL /
 //! MariaDB) on core 0 and the bench on core 1 (the split of a database on a host of its own;
-//! docs/PERFORMANCE.md, issue 11 round 6).
+//! docs/PERFORMANCE.md, "The transactional layer against its floor").
 
 #![allow(missing_docs)]
 

@@ -1,10 +1,11 @@
-//! The latency proxy's own check (docs/PERFORMANCE.md, "Latency"): a bare `SELECT 1` on
-//! PostgreSQL over one connection, direct and through [`oncely_bench::proxy::LatencyProxy`] at
-//! a 1 millisecond round trip (0.5 milliseconds each way), alternated in rounds; prints the
-//! median and p99 of each, the added latency (which on a quiet machine is the round trip within
-//! 10%: the proxy's own two loopback hops add tens of microseconds), and the round trips the
-//! proxy counted per `SELECT 1` (1: sqlx prepares the statement once, then sends bind, execute
-//! and sync in one flight). A timing, printed, never asserted.
+//! The latency proxy's own check (`src/proxy.rs`; docs/PERFORMANCE.md, "Over a network: the
+//! latency proxy"): a bare `SELECT 1` on PostgreSQL over one
+//! connection, direct and through [`oncely_bench::proxy::LatencyProxy`] at a 1 millisecond round
+//! trip (0.5 milliseconds each way), alternated in rounds; prints the median and p99 of each, the
+//! added latency (which on a quiet machine is the round trip within 10%: the proxy's own two
+//! loopback hops add tens of microseconds), and the round trips the proxy counted per `SELECT 1`
+//! (1: sqlx prepares the statement once, then sends bind, execute and sync in one flight). A
+//! timing, printed, never asserted.
 //!
 //! Run: `ONCELY_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/oncely_bench \
 //! cargo run --release -p oncely-bench --example proxy_check [RTT_MS] [QUERIES]` (defaults 1

@@ -1,4 +1,5 @@
-//! Drives one variant of issue 11's endpoint (`src/transactional.rs`) a given number of times,
+//! Drives one variant of the transactional bench's endpoint (`src/transactional/`;
+//! docs/PERFORMANCE.md, "The transactional layer against its floor") a given number of times,
 //! for instruction counts under `valgrind --tool=callgrind`: the per-request cost is the
 //! difference between two runs with different counts, divided by the difference of the counts
 //! (so that start-up, connecting and migrating cancel out).

@@ -12,8 +12,9 @@
 //! proxy at each round trip above 0 ([`open_with_rtt`]), and prints the round trips per
 //! operation it counted.
 //!
-//! [`transactional`] holds issue 11's endpoint in three variants (baseline, floor, layer) for
-//! `benches/transactional.rs` (`cargo bench -p oncely-bench --bench transactional`).
+//! [`transactional`] holds the transactional bench's endpoint in three variants (baseline, floor,
+//! layer) for `benches/transactional.rs` (`cargo bench -p oncely-bench --bench transactional`;
+//! docs/PERFORMANCE.md, "The transactional layer against its floor").
 
 use oncely_core::{
     ClaimRequest, Fingerprint, IdempotencyKey, KeyStore, MemoryStore, RecordKey, Scope,

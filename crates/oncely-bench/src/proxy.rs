@@ -1,6 +1,7 @@
 //! A TCP proxy that adds a fixed one-way delay in each direction, and counts round trips: what
-//! a database or Redis on another host costs, simulated on loopback (docs/PERFORMANCE.md,
-//! "Latency").
+//! a database or Redis on another host costs, simulated on loopback (`ONCELY_BENCH_RTT_MS` of
+//! `benches/stores.rs` and `benches/transactional.rs`, and of `scripts/http.sh`;
+//! docs/PERFORMANCE.md, "Over a network: the latency proxy").
 //!
 //! Every chunk read from one side is delivered to the other side `one_way` after it arrived, in
 //! the order it arrived. Each direction of a connection has a reader task, which timestamps the

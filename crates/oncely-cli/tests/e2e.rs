@@ -724,7 +724,7 @@ fn run_to_end(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn serve_and_gates_refuse_a_redis_that_keeps_nothing_unless_accepted() {
-    // Issue 14, item 5: its own volatile Redis on 127.0.0.1:7122 (the CI's may change).
+    // docs/DESIGN.md, "Redis and Redis Cluster": its own volatile Redis on 127.0.0.1:7122.
     struct Killed(std::process::Child);
     impl Drop for Killed {
         fn drop(&mut self) {
@@ -986,9 +986,9 @@ async fn on_mysql_a_callers_rows_are_its_own_byte_for_byte() {
 
 #[tokio::test]
 async fn a_value_the_database_refuses_ends_the_request_with_a_final_answer() {
-    // Issue 14, item 1: PostgreSQL refuses U+0000 in text. That is a final answer (422, not
-    // retryable), never a 503 "retry to resume" that leaves the key in flight for ever: the
-    // phase rolled back with the claim, so the key is free and nothing stays in flight.
+    // docs/DESIGN.md, "Every request ends": PostgreSQL refuses U+0000 in text. That is a final
+    // answer (422, not retryable), never a 503 "retry to resume" that leaves the key in flight for
+    // ever: the phase rolled back with the claim, so the key is free and nothing stays in flight.
     let Ok(url) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
         eprintln!(
             "skipped: ONCELY_TEST_POSTGRES_URL is unset (e.g. postgres://postgres@127.0.0.1:5432/test)"

@@ -716,11 +716,12 @@ async fn metric(url: &str, name: &str) -> Option<u64> {
     (!values.is_empty()).then(|| values.iter().sum())
 }
 
-/// Issue 14 item 1, at the level a user meets it: a payment whose card processor stays down is
-/// suspended, re-driven by the in-process completer a bounded number of times with backoff (the
-/// count is in the store: a restart in the middle does not reset it), then marked for a person.
-/// The key-state endpoint says so, a client retry gets `409 idempotency_request_needs_attention`
-/// and runs nothing, `/metrics` counts it, and the reaper logs the record on every pass.
+/// docs/DESIGN.md, "Every request ends", at the level a user meets it: a payment whose card
+/// processor stays down is suspended, re-driven by the in-process completer a bounded number of
+/// times with backoff (the count is in the store: a restart in the middle does not reset it), then
+/// marked for a person. The key-state endpoint says so, a client retry gets
+/// `409 idempotency_request_needs_attention` and runs nothing, `/metrics` counts it, and the reaper
+/// logs the record on every pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_completer_gives_up_and_marks_the_payment_for_a_person() {
     let dir = tempfile::tempdir().unwrap();
@@ -898,10 +899,10 @@ async fn the_completer_finishes_a_suspended_grpc_payment_with_its_grpc_answer() 
     assert_eq!(rest["charge_id"], "ch_tok_once_2");
 }
 
-/// Issue 14 item 2: a SIGTERM drain stops the in-process completer: while a running request
-/// finishes, an abandoned record whose re-drive comes due is not re-driven through the server
-/// that is shutting down (no attempt counted, no call, no failure logged); the next process
-/// does it.
+/// docs/DESIGN.md, "Operating the server": a SIGTERM drain stops the in-process completer: while a
+/// running request finishes, an abandoned record whose re-drive comes due is not re-driven through
+/// the server that is shutting down (no attempt counted, no call, no failure logged); the next
+/// process does it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigterm_drain_stops_the_in_process_completer() {
     let dir = tempfile::tempdir().unwrap();

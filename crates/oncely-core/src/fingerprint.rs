@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn json_key_order_and_whitespace_do_not_matter() {
-        // Case S4: a client re-serializes `{"a":1,"b":2}` as `{"b": 2, "a": 1}`.
+        // docs/DESIGN.md, "Serializer differences": the same members, reordered and spaced.
         let a = fp("POST", "/v1/payments", JSON, br#"{"a":1,"b":2}"#);
         let b = fp("POST", "/v1/payments", JSON, b"{\"b\": 2,\n \"a\": 1}");
         assert_eq!(a, b);
@@ -380,7 +380,7 @@ mod tests {
                 br#"{"amount":100}"#
             )
         );
-        // Case S3: a different nested value is a different request.
+        // docs/DESIGN.md, "Validation skipped on one path": another nested value, another request.
         assert_ne!(
             fp(
                 "POST",

@@ -1,0 +1,193 @@
+//! PostgreSQL: the `bench_orders` table, the baseline's, floor's and layer's handlers, and
+//! [`Bench::postgres`] (directly, or through the latency proxy).
+
+use super::endpoint::{
+    DbError, created, floor_reply, floor_response, items_of, key_of, now_ms, order_id, order_of,
+    with_scope,
+};
+use super::{Bench, Db, LEASE_MS, PATH, Pool, RETENTION_MS, SCOPE};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use oncely_core::Policy;
+use oncely_postgres::PostgresStore;
+use oncely_sqlx::{Tx, TxError};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use std::time::Duration;
+
+const PG_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bench_orders (
+    id TEXT PRIMARY KEY, scope TEXT NOT NULL, idempotency_key TEXT NOT NULL,
+    items TEXT NOT NULL, created_at BIGINT NOT NULL)";
+pub(super) const PG_INDEX: &str =
+    "CREATE INDEX IF NOT EXISTS bench_orders_by_key ON bench_orders (idempotency_key)";
+const PG_INSERT_ORDER: &str = "INSERT INTO bench_orders (id, scope, idempotency_key, items, created_at) \
+     VALUES ($1, $2, $3, $4, $5)";
+const PG_FLOOR_CLAIM: &str = "INSERT INTO oncely_idempotency_keys \
+     (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, created_at, \
+      expires_at) VALUES ($1, $2, 1, $3, 1, 'in_flight', $4, $5, $6) \
+     ON CONFLICT (scope, key) DO NOTHING RETURNING token";
+const PG_FLOOR_COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'complete', \
+     lease_expires_at = NULL, completed_at = $4, response_status = 201, response_headers = $5, \
+     response_body = $6, response_body_retained = TRUE, expires_at = $7 \
+     WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'";
+
+async fn pg_baseline(
+    State(pool): State<PgPool>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, DbError> {
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
+    let id = order_id();
+    let mut tx = pool.begin().await?;
+    sqlx::query(PG_INSERT_ORDER)
+        .bind(&id)
+        .bind(SCOPE)
+        .bind(key_of(&headers))
+        .bind(items_of(&order))
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(created(&id, &order).into_response())
+}
+
+async fn pg_floor(
+    State(pool): State<PgPool>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, DbError> {
+    let key = key_of(&headers);
+    let digest = Sha256::digest(&body);
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
+    let now = now_ms();
+    let mut tx = pool.begin().await?;
+    let claimed: Option<(i64,)> = sqlx::query_as(PG_FLOOR_CLAIM)
+        .bind(SCOPE)
+        .bind(&key)
+        .bind(&digest[..])
+        .bind(now + LEASE_MS)
+        .bind(now)
+        .bind(now + RETENTION_MS)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if claimed.is_none() {
+        // The floor measures first executions only (every key is fresh).
+        return Ok(StatusCode::CONFLICT.into_response());
+    }
+    let id = order_id();
+    sqlx::query(PG_INSERT_ORDER)
+        .bind(&id)
+        .bind(SCOPE)
+        .bind(&key)
+        .bind(items_of(&order))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    let (stored_headers, body) = floor_response(&id, &order);
+    sqlx::query(PG_FLOOR_COMPLETE)
+        .bind(SCOPE)
+        .bind(&key)
+        .bind(1_i64)
+        .bind(now_ms())
+        .bind(&stored_headers)
+        .bind(&body)
+        .bind(now + RETENTION_MS)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(floor_reply(body))
+}
+
+async fn pg_layer(mut tx: Tx<PostgresStore>, body: axum::body::Bytes) -> Result<Response, TxError> {
+    let Some(order) = order_of(&body) else {
+        return Ok(StatusCode::BAD_REQUEST.into_response());
+    };
+    let id = order_id();
+    let key = tx.id().key.as_str().to_owned();
+    sqlx::query(PG_INSERT_ORDER)
+        .bind(&id)
+        .bind(SCOPE)
+        .bind(key)
+        .bind(items_of(&order))
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit(created(&id, &order)).await
+}
+
+impl Bench {
+    /// PostgreSQL from `ONCELY_BENCH_POSTGRES_URL` (or `ONCELY_TEST_POSTGRES_URL`), migrated,
+    /// with the `bench_orders` table; the reason it is skipped otherwise.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the missing variable, or the database's error.
+    pub async fn postgres() -> Result<Self, String> {
+        Self::postgres_with_rtt(None).await
+    }
+
+    /// [`Bench::postgres`] through a [`LatencyProxy`](crate::proxy::LatencyProxy) that adds
+    /// `rtt` to every round trip (half of it each way; zero: no delay, round trips still
+    /// counted, see [`Bench::round_trips`]); `None`: direct, as [`Bench::postgres`]. Every
+    /// connection of the pool, migrations included, goes through the proxy.
+    ///
+    /// # Errors
+    ///
+    /// As [`Bench::postgres`], and the proxy's if it cannot start.
+    pub async fn postgres_with_rtt(rtt: Option<Duration>) -> Result<Self, String> {
+        let direct = crate::env_url("ONCELY_BENCH_POSTGRES_URL", "ONCELY_TEST_POSTGRES_URL")
+            .ok_or("ONCELY_BENCH_POSTGRES_URL is not set")?;
+        let proxy = match rtt {
+            Some(rtt) => Some(
+                crate::proxy::LatencyProxy::start(&crate::proxy::upstream_of(&direct)?, rtt / 2)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            None => None,
+        };
+        let url = match &proxy {
+            Some(p) => p.url(&direct)?,
+            None => direct,
+        };
+        // `ONCELY_BENCH_PG_COMPLETION_WITH_COMMIT=1`: the layer sends its completion with the
+        // commit in one message (`PostgresStore::with_completion_sent_with_commit`).
+        let one_message =
+            std::env::var("ONCELY_BENCH_PG_COMPLETION_WITH_COMMIT").is_ok_and(|v| v == "1");
+        let store = PostgresStore::connect(&url)
+            .await
+            .map_err(|e| e.to_string())?
+            .with_completion_sent_with_commit(one_message);
+        store.migrate().await.map_err(|e| e.to_string())?;
+        let pool = store.pool().clone();
+        for ddl in [PG_SCHEMA, PG_INDEX] {
+            sqlx::query(ddl)
+                .execute(&pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(Self {
+            db: Db::Postgres,
+            pool: Pool::Pg(pool.clone()),
+            baseline: with_scope(
+                Router::new()
+                    .route(PATH, post(pg_baseline))
+                    .with_state(pool.clone()),
+            ),
+            floor: with_scope(Router::new().route(PATH, post(pg_floor)).with_state(pool)),
+            layer: with_scope(
+                Router::new()
+                    .route(PATH, post(pg_layer))
+                    .layer(oncely_sqlx::layer(store, Policy::default())),
+            ),
+            proxy,
+            _dir: None,
+        })
+    }
+}
