@@ -5,7 +5,6 @@
 #![allow(unreachable_pub)]
 
 mod contract;
-mod contract_sdks;
 mod fleet_client;
 mod gates;
 mod jobs;
