@@ -5,7 +5,6 @@
 #![allow(unreachable_pub)]
 
 mod contract;
-mod fleet_client;
 mod gates;
 mod jobs;
 mod processor;
@@ -582,7 +581,7 @@ async fn run(cli: Cli) -> Result<bool> {
         Command::Bench(args) => tools::bench::run(args).await,
         Command::Reap { store, batch } => jobs::reap(&store, batch).await,
         Command::Records(args) => tools::records::run(args).await,
-        Command::FleetClient => fleet_client::run().await,
+        Command::FleetClient => gates::fleet_client::run().await,
         Command::Testbench { addr, scenarios } => {
             oncely_testbench::serve(addr, scenarios.as_deref()).await?;
             Ok(true)
