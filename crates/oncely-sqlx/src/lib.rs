@@ -117,7 +117,6 @@ mod phase;
 mod split;
 mod store;
 mod tx;
-pub mod unclaimed;
 
 pub use between::Between;
 pub use claimer::TransactionalClaimer;

@@ -1,7 +1,6 @@
 //! Round trips to PostgreSQL per request, counted by a TCP proxy between the pool and the
-//! server: a first execution through `oncely_sqlx::layer`, a replay, and the same handler
-//! without idempotency (`oncely_sqlx::unclaimed`, what `oncely serve --idempotency off`
-//! runs). A round trip is a burst of bytes from the client that follows an answer from the
+//! server: a first execution through `oncely_sqlx::layer`, a replay, and the same business
+//! write on a plain sqlx transaction without idempotency (the baseline). A round trip is a burst of bytes from the client that follows an answer from the
 //! server (or opens the connection): pipelined messages sent together count once. Every count
 //! includes the pool's two pings, sqlx's check of the connection before use and its test of
 //! the connection when it is given back (docs/DESIGN.md, "The completion goes out with the
@@ -16,7 +15,7 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::post;
-use oncely_core::{IdempotencyKey, Policy, RecordKey, Scope};
+use oncely_core::{Policy, Scope};
 use oncely_postgres::PostgresStore;
 use oncely_sqlx::{SqlStore, Tx, TxError};
 use std::sync::Arc;
@@ -95,6 +94,19 @@ async fn order<S: SqlStore<Database = sqlx::Postgres>>(mut tx: Tx<S>) -> Result<
     tx.commit((StatusCode::CREATED, "created")).await
 }
 
+/// The baseline: the same business row on a plain sqlx transaction, with no idempotency.
+async fn plain(pool: sqlx::PgPool) -> (StatusCode, &'static str) {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("INSERT INTO oncely_sqlx_round_trip_rows (id, key) VALUES ($1, $2)")
+        .bind(uuid::Uuid::new_v4().simple().to_string())
+        .bind("plain")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    (StatusCode::CREATED, "created")
+}
+
 async fn authenticate(mut req: Request, next: Next) -> Response {
     req.extensions_mut().insert(Scope::new(SCOPE));
     next.run(req).await
@@ -166,21 +178,7 @@ async fn harness(completion_with_commit: bool) -> Option<Harness> {
     .await
     .unwrap();
     let baseline_pool = pool.clone();
-    let baseline = Router::new()
-        .route(
-            "/plain",
-            post(order::<oncely_sqlx::unclaimed::UnclaimedStore<sqlx::Postgres>>),
-        )
-        .layer(middleware::from_fn(move |mut req: Request, next: Next| {
-            let pool = baseline_pool.clone();
-            async move {
-                let id = RecordKey::new(Scope::new(SCOPE), IdempotencyKey::new("plain").unwrap());
-                oncely_sqlx::unclaimed::attach_unclaimed(&pool, id, req.extensions_mut())
-                    .await
-                    .unwrap();
-                next.run(req).await
-            }
-        }));
+    let baseline = Router::new().route("/plain", post(move || plain(baseline_pool.clone())));
     let keyed = Router::new()
         .route("/orders", post(order::<PostgresStore>))
         .layer(oncely_sqlx::layer(

@@ -1,6 +1,6 @@
 //! The fleet gate with clients in any language: `oncely gates --only fleet --client-command CMD`.
 //!
-//! The same run as [`fleet`](super::fleet) (the API server behind the fault proxy that drops
+//! The same run as the fleet gate with the Rust SDK (the API server behind the fault proxy that drops
 //! responses after the side effect and answers `503` with `Retry-After`, the server killed and
 //! restarted a third of the way in, then the processor's ledger counted per key), except that
 //! the retrying clients are `--fleet-clients` processes started as `sh -c CMD`, each a program
@@ -24,8 +24,8 @@
 //! ledger shows every key charged once (calls the SDK gave up on get one patient retry
 //! with the same key by the gate, as in the Rust fleet run): zero duplicate side effects.
 
+use super::clients::{Call, sdk, settle};
 use super::env::Env;
-use super::fleet::{Call, sdk, settle};
 use super::proxy;
 use super::{Gate, GateResult, GatesConfig};
 use anyhow::{Context as _, Result};

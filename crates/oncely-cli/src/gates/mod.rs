@@ -31,11 +31,13 @@
 //! | [`runner`] | [`run`]: checks the configuration, sets up the [`env`](mod@env), runs the chosen gates in order |
 //! | [`env`](mod@env) | the environment every gate shares: the store, the processor, starting API servers, the processor's ledger |
 //! | [`http`] | the requests the gates make and what they keep of a response |
-//! | [`concurrency`], [`crash`], [`fleet`], [`rolling`], [`webhook`] | one gate each ([`fleet`] also holds what the fleet runs share) |
+//! | [`concurrency`], [`crash`], [`fleet`], [`rolling`], [`webhook`] | one gate each |
 //! | [`grpc`] | the concurrency and crash gates over gRPC, a file each |
+//! | [`clients`] | what the fleet runs share: the SDK's settings, the retrying clients, the settling and the count of side effects |
 //! | [`report`] | the output: a line per gate as it finishes, then the table or the `--json` document |
 //! | [`child`], [`proxy`] | child processes; the fault-injecting proxy of the fleet gate |
 //! | [`external`] | the fleet gate with external client processes (`--client-command`), for SDKs in other languages |
+//! | [`fleet_client`] | `oncely fleet-client`: one such external client on the Rust SDK |
 //!
 //! # Adding a gate
 //!
@@ -44,11 +46,13 @@
 //! call in [`Gate::run`]).
 
 mod child;
+mod clients;
 mod concurrency;
 mod crash;
 mod env;
 mod external;
 mod fleet;
+pub mod fleet_client;
 mod grpc;
 mod http;
 mod proxy;

@@ -11,8 +11,8 @@
 //! requests that arrive during the drain are refused `503 server_shutting_down` before they
 //! claim anything; either way the retry is answered at once.) The slowest call is reported too.
 
+use super::clients::{sdk, sdk_metrics, settle, spawn_clients};
 use super::env::Env;
-use super::fleet::{sdk, sdk_metrics, settle, spawn_clients};
 use super::proxy;
 use super::{Gate, GateResult, GatesConfig};
 use anyhow::Result;

@@ -69,7 +69,13 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
         .context("make a folder for the child processes' logs")?
         .keep();
     child::log_to(logs.clone());
-    let env = Env::start(store.clone(), dir, instances, cfg.json).await?;
+    let env = match Env::start(store.clone(), dir, instances, cfg.json).await {
+        Ok(env) => env,
+        Err(e) => {
+            name_logs(&logs);
+            return Err(e);
+        }
+    };
     let started = Instant::now();
     let mut report = Report::new(store, cfg.json, env.progress.clone());
     let total = gates.len();
@@ -89,12 +95,17 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
     if passed {
         let _ = std::fs::remove_dir_all(&logs);
     } else {
-        eprintln!(
-            "the child processes' logs (API servers, processor, clients): {}",
-            logs.display()
-        );
+        name_logs(&logs);
     }
     Ok(passed)
+}
+
+/// Says on standard error where the child processes' logs are (kept after a failure).
+fn name_logs(logs: &std::path::Path) {
+    eprintln!(
+        "the child processes' logs (API servers, processor, clients): {}",
+        logs.display()
+    );
 }
 
 /// A Redis store in a namespace of this run's own (`namespace=oncely-gates-<uuid>` added to its

@@ -11,6 +11,7 @@
 //! | [`db`] | the business tables (payments, orders): schema, reads, the writes inside a phase |
 //! | [`app`] | the shared state: store, database, outside calls, crash points, counters |
 //! | [`router`] | every route, the layer over the writes, the middleware order |
+//! | [`baseline`] | `--idempotency off`: the same handlers on a plain transaction, no claim (the benchmark baseline) |
 //! | [`grpc`] | the Payments API over gRPC on the same port (`CreatePayment` with the REST flow's business function, `GetPayment`) |
 //! | [`auth`] | `Authorization: Bearer <account>` -> the scope |
 //! | [`routes`] | one file per resource: [`routes::payments`] (the payment flow, top to bottom), [`routes::orders`], [`routes::reads`], [`routes::keys`], [`routes::webhooks`] (the webhook receiver) |
@@ -22,6 +23,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod baseline;
 pub mod db;
 pub mod grpc;
 pub mod health;

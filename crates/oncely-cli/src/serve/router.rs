@@ -7,17 +7,15 @@
 //! (prepare, claim) -> the route's handler with its transaction -> commit with the stored
 //! response -> back out.
 
+use super::baseline::{UnclaimedStore, unclaimed};
 use super::db::BusinessDb;
 use super::routes::{keys, orders, payments, reads, webhooks};
 use super::store::{Backend, with_backend};
 use super::{App, auth, grpc, health, metrics, openapi, problems, should_retry, trace};
 use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::HeaderValue;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
 use axum::routing::{MethodRouter, get, post};
-use oncely_core::{IdempotencyKey, Policy, RecordKey, Scope};
+use oncely_core::Policy;
 use oncely_tower::{IdempotencyLayer, KeySource, StandardWebhooksLayer};
 
 /// What a keyed route's method router gets: the idempotency layer (or the baseline's plain
@@ -37,37 +35,9 @@ where
         .route("/v1/orders", keyed(post(orders::create_order::<S>)))
 }
 
-/// `serve --idempotency off`: the same handlers on a plain transaction, with no claim.
-async fn unclaimed<DB: sqlx::Database>(
-    State(pool): State<sqlx::Pool<DB>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let scope = req
-        .extensions()
-        .get::<Scope>()
-        .cloned()
-        .unwrap_or_else(|| Scope::new("anonymous"));
-    let key = IdempotencyKey::from_header_values(
-        req.headers()
-            .get_all("idempotency-key")
-            .iter()
-            .map(HeaderValue::as_bytes),
-    )
-    .or_else(|_| IdempotencyKey::new(&uuid::Uuid::new_v4().to_string()))
-    .expect("a UUID is a valid key");
-    let id = RecordKey::new(scope, key);
-    if let Err(e) = oncely_sqlx::unclaimed::attach_unclaimed(&pool, id, req.extensions_mut()).await
-    {
-        return e.into_response();
-    }
-    next.run(req).await
-}
-
 /// The write routes over `backend`: behind `layer` (the idempotency layer made for that
 /// backend's store), or, without one, on plain transactions (the benchmark baseline).
 fn writes(backend: &Backend, layer: Option<IdempotencyLayer>) -> Router<App> {
-    use oncely_sqlx::unclaimed::UnclaimedStore;
     fn plain<DB>(pool: sqlx::Pool<DB>) -> Router<App>
     where
         DB: sqlx::Database + BusinessDb,
@@ -114,7 +84,6 @@ fn receivers(
     layer: Option<IdempotencyLayer>,
     verify: StandardWebhooksLayer,
 ) -> Router<App> {
-    use oncely_sqlx::unclaimed::UnclaimedStore;
     fn plain<DB>(pool: sqlx::Pool<DB>, verify: StandardWebhooksLayer) -> Router<App>
     where
         DB: sqlx::Database + BusinessDb,

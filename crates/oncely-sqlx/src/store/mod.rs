@@ -21,8 +21,8 @@ use std::time::Duration;
 /// A [`KeyStore`] on an sqlx database whose operations can also run inside a transaction the
 /// caller holds. Implemented for [`SqliteStore`](oncely_sqlite::SqliteStore) (feature
 /// `sqlite`), [`PostgresStore`](oncely_postgres::PostgresStore) (feature `postgres`),
-/// [`MySqlStore`](oncely_mysql::MySqlStore) (feature `mysql`, MySQL 8 and MariaDB 10.6+),
-/// [`Split`](crate::Split) and [`UnclaimedStore`](crate::unclaimed::UnclaimedStore); the
+/// [`MySqlStore`](oncely_mysql::MySqlStore) (feature `mysql`, MySQL 8 and MariaDB 10.6+) and
+/// [`Split`](crate::Split); the
 /// transactional machinery of this crate ([`Tx`](crate::Tx), [`Between`](crate::Between),
 /// [`TransactionalClaimer`](crate::TransactionalClaimer)) is written once over this trait.
 ///

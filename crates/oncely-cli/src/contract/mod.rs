@@ -2,24 +2,14 @@
 //! docs cannot drift from behaviour. `docs/CONTRACT.md` is its output with the defaults, and a
 //! test fails when the two differ.
 
+mod grpc;
+mod sdks;
+mod units;
+
 use oncely_client::RetryPolicy;
 use oncely_core::{ErrorCode, InFlightBehavior, Policy};
 use std::fmt::Write as _;
-use std::time::Duration;
-
-pub(crate) fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    if d.subsec_millis() != 0 || s == 0 {
-        format!("{} ms", d.as_millis())
-    } else if s.is_multiple_of(3600) {
-        let h = s / 3600;
-        format!("{h} hour{} ({s} seconds)", if h == 1 { "" } else { "s" })
-    } else if s == 1 {
-        "1 second".to_owned()
-    } else {
-        format!("{s} seconds")
-    }
-}
+use units::human;
 
 /// Renders the contract for `policy` and the SDK's default retry policy.
 pub fn render(policy: &Policy) -> String {
@@ -459,8 +449,8 @@ pub fn render(policy: &Policy) -> String {
             .map(|c| c.cost(oncely_client::budget::RetryCost::Throttle))
             .unwrap_or(0),
     );
-    crate::contract_sdks::write(w, &sdk);
-    grpc(w, policy, &sdk);
+    sdks::write(w, &sdk);
+    grpc::write(w, policy, &sdk);
     o
 }
 
@@ -508,98 +498,10 @@ fn meaning(code: ErrorCode, policy: &Policy, in_flight_note: &str) -> String {
     }
 }
 
-/// The gRPC section: the key in metadata, the status table and the A6 retry policy it is made
-/// for, all from the live tables of `oncely-grpc`.
-fn grpc(w: &mut String, policy: &Policy, sdk: &RetryPolicy) {
-    use oncely_grpc::status::{ALL_CODES, CallEnd, call_end, code_name, service_config};
-    let _ = writeln!(w, "\n## gRPC\n");
-    let _ = writeln!(
-        w,
-        "The same contract over gRPC (the `oncely.payments.v1.Payments` service, \
-         `crates/oncely-grpc/proto/oncely/payments/v1/payments.proto`): the key is the \
-         `idempotency-key` metadata entry, with the header's rules; `CreatePayment` requires it, \
-         `GetPayment` takes none. The fingerprint covers the method path and the message bytes as \
-         sent (a retry must send the same bytes: stock clients do). A replay is the stored response \
-         verbatim, messages and trailers (`grpc-status`, `grpc-message`, \
-         `grpc-status-details-bin`), plus the `idempotent-replayed: true` metadata entry. \
-         Client-streaming and bidirectional methods take no key (one sent is refused with \
-         `UNIMPLEMENTED`); a server-streaming reply is replayed message for message. The server \
-         reads `grpc-timeout`; the lease ({}) does not depend on it, and a handler whose caller's \
-         deadline passed still runs to the end and stores its response for the retry.\n",
-        human(policy.lease)
-    );
-    let _ = writeln!(
-        w,
-        "Every answer of the key machine is a gRPC status whose `grpc-status-details-bin` holds a \
-         `google.rpc.ErrorInfo` (domain `{}`, reason the machine code in upper case, metadata \
-         `code`, `retryable`, `httpStatus`) and, where HTTP sends `Retry-After`, a \
-         `google.rpc.RetryInfo` with the delay ({} by default; the in-flight delay is sized from \
-         the first call's progress) and the same delay as gRFC A6 server pushback \
-         (`grpc-retry-pushback-ms`).\n",
-        oncely_grpc::ERROR_DOMAIN,
-        human(Duration::from_secs(policy.retry_after_secs))
-    );
-    let _ = writeln!(
-        w,
-        "| machine code | gRPC status | HTTP status (`{}`) | retry with the same key |\n|---|---|---|---|",
-        policy.profile.name()
-    );
-    for row in oncely_grpc::GRPC_STATUS_TABLE {
-        let http = policy.profile.status(row.code);
-        let _ = writeln!(
-            w,
-            "| `{}` | `{}`{} | {} | {} |",
-            row.code,
-            code_name(row.grpc),
-            if row.retryable { " + `RetryInfo`" } else { "" },
-            http,
-            if row.retryable {
-                "yes, after the delay"
-            } else {
-                "never"
-            }
-        );
-    }
-    let of = |class: CallEnd| {
-        let names: Vec<String> = ALL_CODES
-            .into_iter()
-            .filter(|c| call_end(*c) == class)
-            .map(|c| format!("`{}`", code_name(c)))
-            .collect();
-        match names.split_last() {
-            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
-            _ => names.concat(),
-        }
-    };
-    let _ = writeln!(
-        w,
-        "\nA handler's own status decides what is kept, every code by its meaning: final answers \
-         ({}) are stored and replayed; {} say nothing was done, so they release the key and a \
-         retry runs again; failures ({}) are stored from a handler without a transaction (its \
-         effects are unknown) and never committed by a transactional one (its step rolls back, \
-         the key is released or the request suspended at its last committed step), like a 5xx \
-         over HTTP.\n",
-        of(CallEnd::Answered),
-        of(CallEnd::TryAgain),
-        of(CallEnd::Failed)
-    );
-    let b = sdk.backoff();
-    let _ = writeln!(
-        w,
-        "A stock gRPC client retries safely with this service config (gRFC A6; the backoff is \
-         A6's own full jitter, here with the Oncely SDK's attempts and delays):\n\n```json\n{}\n```\n",
-        service_config(
-            "oncely.payments.v1.Payments",
-            sdk.max_attempts(),
-            b.base(),
-            b.cap()
-        )
-    );
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn docs_contract_matches_the_default_configuration() {

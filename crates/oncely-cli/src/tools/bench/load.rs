@@ -1,194 +1,20 @@
-//! `oncely bench`: an HTTP load generator that mints `Idempotency-Key`s.
-//!
-//! Generic load generators (wrk, oha) send the same request over and over; an idempotent write
-//! endpoint then replays one stored response and the numbers measure the replay path only. This
-//! one chooses a key per request:
-//!
-//! - `--keys unique`: every request carries a new key (first executions);
-//! - `--keys duplicate=P`: a share `P` (0.0 to 1.0) of requests reuses a key from a ring of the
-//!   last `--ring` (default 64) keys whose request completed with a 2xx status, the others carry a
-//!   new key; while the ring is still empty a new key is minted (so `duplicate=1.0` measures
-//!   replays once the first few requests have completed);
-//! - `--keys none`: no key header at all (for endpoints without the layer, or to see the 400).
-//!
-//! It sends requests from `--concurrency` workers over a keep-alive connection pool, with no
-//! retries (it measures the server, not a client's retry loop), and stops by itself after
-//! `--requests N` or `--duration-secs S` (default 10 seconds). Hard caps: at most 10,000,000
-//! requests, 3,600 seconds and 1,024 workers.
-//!
-//! It reports requests per second, latency percentiles (p50/p90/p99/max, measured from sending
-//! the request to reading the last byte of the response body, recorded in microseconds in an
-//! HDR histogram with 3 significant digits), status counts, transport errors, and how many
-//! responses carried `Idempotent-Replayed: true`. `--json` prints one machine-readable record
-//! (see [`Report`]) and hides the progress bar.
-//!
-//! Exit status: 0 when every request got an HTTP response below 500, 1 otherwise.
-//!
-//! ```text
-//! oncely serve --store memory --addr 127.0.0.1:8080 &
-//! oncely bench --url http://127.0.0.1:8080/v1/orders --auth 'Bearer acct_1' \
-//!     --body '{"items":[{"sku":"A","quantity":1}]}' --concurrency 16 --duration-secs 10 --keys unique
-//! ```
+//! The load itself: the workers, their keys and their tallies, and [`measure`], which runs them
+//! and sums up a [`Report`].
 
+use super::args::{Args, KeyMode, MAX_CONCURRENCY, MAX_DURATION_SECS, MAX_REQUESTS, MAX_RING};
+use super::report::{Latency, Report};
 use anyhow::{Context as _, Result, bail};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The most requests one run may send.
-pub const MAX_REQUESTS: u64 = 10_000_000;
-/// The longest run, in seconds.
-pub const MAX_DURATION_SECS: f64 = 3_600.0;
-/// The most concurrent workers.
-pub const MAX_CONCURRENCY: usize = 1_024;
-/// The largest key ring for `--keys duplicate=P`.
-pub const MAX_RING: usize = 65_536;
 /// The slowest latency the histogram records, in microseconds (10 minutes); slower ones are
 /// clamped to it.
 const MAX_LATENCY_US: u64 = 600_000_000;
-
-/// Which `Idempotency-Key` each request carries.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum KeyMode {
-    /// A new key on every request.
-    Unique,
-    /// This share (0.0 to 1.0) of requests reuses a recently completed key.
-    Duplicate(f64),
-    /// No key header.
-    None,
-}
-
-impl FromStr for KeyMode {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "unique" => Ok(Self::Unique),
-            "none" => Ok(Self::None),
-            _ => {
-                let Some(p) = s.strip_prefix("duplicate=") else {
-                    bail!("unknown key mode {s:?}: expected unique, none or duplicate=P");
-                };
-                let p: f64 = p
-                    .parse()
-                    .with_context(|| format!("duplicate=P: {p:?} is not a number"))?;
-                if !(0.0..=1.0).contains(&p) {
-                    bail!("duplicate=P: P must be between 0.0 and 1.0, got {p}");
-                }
-                Ok(Self::Duplicate(p))
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for KeyMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Unique => f.write_str("unique"),
-            Self::None => f.write_str("none"),
-            Self::Duplicate(p) => write!(f, "duplicate={p}"),
-        }
-    }
-}
-
-/// Arguments of `oncely bench`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Args {
-    /// Full URL of the endpoint, e.g. http://127.0.0.1:8080/v1/orders.
-    #[arg(long)]
-    pub url: String,
-    /// HTTP method.
-    #[arg(long, default_value = "POST")]
-    pub method: String,
-    /// Request body (sent with --content-type); default: one order item, for POST /v1/orders.
-    #[arg(long, default_value = r#"{"items":[{"sku":"bench","quantity":1}]}"#)]
-    pub body: String,
-    /// Content-Type of the body.
-    #[arg(long, default_value = "application/json")]
-    pub content_type: String,
-    /// Authorization header value, e.g. 'Bearer acct_1'.
-    #[arg(long)]
-    pub auth: Option<String>,
-    /// Extra header 'Name: value' (repeatable).
-    #[arg(long = "header", short = 'H')]
-    pub headers: Vec<String>,
-    /// Concurrent workers, each with one request in flight (1 to 1024).
-    #[arg(long, short = 'c', default_value_t = 8)]
-    pub concurrency: usize,
-    /// Stop after this many seconds (default 10 when --requests is not given; at most 3600).
-    #[arg(long, conflicts_with = "requests")]
-    pub duration_secs: Option<f64>,
-    /// Stop after this many requests (at most 10,000,000).
-    #[arg(long, short = 'n')]
-    pub requests: Option<u64>,
-    /// Key mode: unique, none or duplicate=P (P from 0.0 to 1.0).
-    #[arg(long, default_value = "unique")]
-    pub keys: KeyMode,
-    /// How many recently completed keys `duplicate=P` picks from.
-    #[arg(long, default_value_t = 64)]
-    pub ring: usize,
-    /// Per-request timeout, in milliseconds.
-    #[arg(long, default_value_t = 30_000)]
-    pub timeout_ms: u64,
-    /// Seed for the key-reuse choices (default: from the clock).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Print one machine-readable JSON record instead of the text report (hides the progress bar).
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Latency percentiles, in milliseconds.
-#[derive(Debug, Clone, Serialize)]
-pub struct Latency {
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Slowest request.
-    pub max: f64,
-    /// Mean.
-    pub mean: f64,
-}
-
-/// The machine-readable record `--json` prints.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    /// The endpoint.
-    pub url: String,
-    /// The method.
-    pub method: String,
-    /// The key mode, as given.
-    pub keys: String,
-    /// Concurrent workers.
-    pub concurrency: usize,
-    /// Requests sent (answered or failed).
-    pub requests: u64,
-    /// Requests that got an HTTP response.
-    pub responses: u64,
-    /// Wall-clock time of the run, in seconds.
-    pub duration_secs: f64,
-    /// Requests per second (`requests / duration_secs`).
-    pub requests_per_sec: f64,
-    /// Latency of the answered requests, in milliseconds.
-    pub latency_ms: Latency,
-    /// Responses per HTTP status code.
-    pub status: BTreeMap<String, u64>,
-    /// Requests that got no response, per kind (connect, timeout, body, other).
-    pub errors: BTreeMap<String, u64>,
-    /// Responses that carried `Idempotent-Replayed: true`.
-    pub replayed: u64,
-    /// Requests that carried a newly minted key.
-    pub keys_minted: u64,
-    /// Requests that reused a key from the ring.
-    pub keys_reused: u64,
-}
 
 /// What one worker saw.
 struct Tally {
@@ -596,85 +422,9 @@ pub async fn measure(args: &Args) -> Result<Report> {
     })
 }
 
-fn print_text(r: &Report) {
-    println!(
-        "{} {}  keys={}  concurrency={}",
-        r.method, r.url, r.keys, r.concurrency
-    );
-    println!(
-        "  {} requests in {:.2} s: {:.1} requests/s",
-        r.requests, r.duration_secs, r.requests_per_sec
-    );
-    println!(
-        "  latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}  mean {:.3}",
-        r.latency_ms.p50, r.latency_ms.p90, r.latency_ms.p99, r.latency_ms.max, r.latency_ms.mean
-    );
-    let status: Vec<String> = r.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-    println!("  status: {}", status.join(", "));
-    if !r.errors.is_empty() {
-        let errors: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        println!("  transport errors: {}", errors.join(", "));
-    }
-    println!(
-        "  replayed: {}  keys minted: {}  keys reused: {}",
-        r.replayed, r.keys_minted, r.keys_reused
-    );
-}
-
-/// Runs `oncely bench`; returns whether it passed: every request got an HTTP response below 500.
-///
-/// # Errors
-///
-/// See [`measure`]; also a report that cannot be serialized.
-pub async fn run(args: Args) -> Result<bool> {
-    let report = measure(&args).await?;
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print_text(&report);
-    }
-    let server_errors: u64 = report
-        .status
-        .iter()
-        .filter(|(k, _)| k.starts_with('5'))
-        .map(|(_, v)| v)
-        .sum();
-    let successes: u64 = report
-        .status
-        .iter()
-        .filter(|(k, _)| k.starts_with('2'))
-        .map(|(_, v)| v)
-        .sum();
-    if successes == 0 {
-        eprintln!(
-            "oncely bench: no request succeeded (no 2xx answer): the figures above measure errors, not the endpoint; check --url, --auth, --body and --keys"
-        );
-    }
-    Ok(report.errors.is_empty() && server_errors == 0 && successes > 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn key_modes_parse() {
-        assert_eq!("unique".parse::<KeyMode>().unwrap(), KeyMode::Unique);
-        assert_eq!("none".parse::<KeyMode>().unwrap(), KeyMode::None);
-        assert_eq!(
-            "duplicate=0.25".parse::<KeyMode>().unwrap(),
-            KeyMode::Duplicate(0.25)
-        );
-        assert_eq!(
-            "duplicate=1".parse::<KeyMode>().unwrap(),
-            KeyMode::Duplicate(1.0)
-        );
-        assert!("duplicate=1.5".parse::<KeyMode>().is_err());
-        assert!("duplicate=-0.1".parse::<KeyMode>().is_err());
-        assert!("duplicate=x".parse::<KeyMode>().is_err());
-        assert!("dup".parse::<KeyMode>().is_err());
-        assert_eq!(KeyMode::Duplicate(0.5).to_string(), "duplicate=0.5");
-    }
 
     #[test]
     fn splitmix_floats_stay_in_range_and_spread() {

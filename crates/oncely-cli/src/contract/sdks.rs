@@ -4,6 +4,7 @@
 //! the Python and Node SDKs match default for default (the conformance suite's `defaults`
 //! scenario checks it in each of them).
 
+use super::units::human;
 use oncely_client::RetryPolicy;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -74,7 +75,7 @@ pub fn write(w: &mut String, sdk: &RetryPolicy) {
          three HTTP-date forms) is a lower bound; and `stop_before_delay` stops before a sleep \
          that would end past the deadline (a `Retry-After` beyond it ends the call at once).\n",
         sdk.max_attempts(),
-        crate::contract::human(sdk.deadline()),
+        human(sdk.deadline()),
     );
     let _ = writeln!(
         w,
