@@ -1,6 +1,6 @@
 // One fleet client process for the Node SDK, speaking the external-client interface of
 // `oncely gates --only fleet --client-command CMD` (conformance/README.md, "The fleet run"; the
-// Rust reference is `oncely fleet-client`, crates/oncely-cli/src/fleet_client.rs).
+// Rust reference is `oncely fleet-client`, crates/oncely-cli/src/gates/fleet_client.rs).
 //
 // The gate starts the card processor, `oncely serve` and its fault proxy (responses dropped
 // after the side effect, injected 503s with Retry-After, 502 while the server is down), kills and
