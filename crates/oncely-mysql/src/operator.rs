@@ -102,7 +102,7 @@ impl GuardedStore for MySqlStore {
         rows.iter().map(record_from_row).collect()
     }
 
-    /// [`MySqlStore::change_once`], retried on a deadlock.
+    // `MySqlStore::change_once`, retried on a deadlock.
     async fn write_change(&self, c: &GuardedChange<'_>) -> Result<Option<Record>, StoreError> {
         retry_deadlocks!(self.change_once(c).await)
     }
