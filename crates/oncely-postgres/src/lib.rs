@@ -35,7 +35,9 @@
 //! # Ok(()) }
 //! ```
 
+mod claim;
 mod error;
+mod keystore;
 mod maintenance;
 mod operator;
 mod row;

@@ -1,22 +1,20 @@
-//! [`PostgresStore`]: the type, its pools and settings, and the [`KeyStore`] operations (each
-//! the transactional path's operation of `within.rs`, on a pooled connection).
+//! [`PostgresStore`]: the type, its pools and settings. Its operations: the claim
+//! (`claim.rs`) and the owner's writes (`within.rs`) on a connection, the
+//! [`KeyStore`](oncely_core::KeyStore) operations that run them on a pooled connection
+//! (`keystore.rs`), [`Maintenance`](oncely_core::Maintenance) (`maintenance.rs`) and
+//! [`Operator`](oncely_core::Operator) (`operator.rs`).
 
-use crate::error::{PostgresStoreError, map, retry_transient};
+use crate::error::{PostgresStoreError, map};
 use crate::sql;
-use crate::within::{ClaimPath, read};
-use async_trait::async_trait;
-use oncely_core::{
-    ClaimOutcome, ClaimRequest, Clock, FencingToken, KeyStore, Record, RecordKey, StoreError,
-    StoredResponse, SystemClock, UnixMillis,
-};
+use oncely_core::{Clock, StoreError, SystemClock};
 use sqlx::Postgres;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A [`KeyStore`] on PostgreSQL (or a Postgres-compatible database), shared by any number of
-/// server instances.
+/// A [`KeyStore`](oncely_core::KeyStore) on PostgreSQL (or a Postgres-compatible database),
+/// shared by any number of server instances.
 ///
 /// Cloning is cheap and shares the pool and the clock.
 ///
@@ -125,7 +123,8 @@ impl PostgresStore {
     /// How long [`PostgresStore::connect`]'s pool waits for a free connection before the
     /// operation fails with [`StoreError::Unavailable`]: 5 seconds.
     pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-    /// How many connections lease renewals ([`KeyStore::renew`], the layer's heartbeat) have to
+    /// How many connections lease renewals
+    /// ([`KeyStore::renew`](oncely_core::KeyStore::renew), the layer's heartbeat) have to
     /// themselves: 2, in a pool of their own, made from the main pool's connect options and
     /// opened at the first renewal. A renewal never waits for a connection of the main pool,
     /// so a pool that handlers' long transactions hold entirely cannot make a live request
@@ -134,6 +133,14 @@ impl PostgresStore {
     /// The most read-decide-write rounds one claim makes before giving up with
     /// [`StoreError::Unavailable`]: 32.
     pub const MAX_CLAIM_ROUNDS: u32 = 32;
+    /// How long a statement of a claim or phase transaction waits for a lock: 4 seconds, the
+    /// session's `lock_timeout` on connections made by [`PostgresStore::connect`] (or declared
+    /// with [`PostgresStore::with_pool_lock_timeout`]), else set with `SET LOCAL lock_timeout`
+    /// in the same message as `BEGIN` (no round trip, but about 10 µs of server time). It is
+    /// shorter than the layer's store timeout (5 seconds) on purpose: a duplicate waiting for the
+    /// first request's transaction then always ends as `409 idempotency_request_in_flight`,
+    /// never as a `503` store timeout.
+    pub const TX_LOCK_TIMEOUT: Duration = Duration::from_secs(4);
 
     /// Connects a pool to `url` (`postgres://user@host:port/db`), with
     /// [`DEFAULT_MAX_CONNECTIONS`](Self::DEFAULT_MAX_CONNECTIONS),
@@ -269,7 +276,7 @@ impl PostgresStore {
     /// The pool of [`LEASE_POOL_CONNECTIONS`](Self::LEASE_POOL_CONNECTIONS) connections that
     /// lease renewals use, made at the first call (inside the runtime, where sqlx's pool
     /// starts its maintenance task).
-    fn lease_pool(&self) -> &PgPool {
+    pub(crate) fn lease_pool(&self) -> &PgPool {
         self.lease_pool.get_or_init(|| {
             PgPoolOptions::new()
                 .max_connections(Self::LEASE_POOL_CONNECTIONS)
@@ -302,74 +309,9 @@ impl PostgresStore {
             .map_err(|e| PostgresStoreError::Migrate(e).into())
     }
 
-    /// A connection of the main pool for one [`KeyStore`] operation.
-    async fn acquire(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+    /// A connection of the main pool for one [`KeyStore`](oncely_core::KeyStore) operation.
+    pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>, StoreError> {
         self.pool.acquire().await.map_err(map)
-    }
-}
-
-/// Every operation is the one the transactional phases run (`within.rs`), here on a pooled
-/// connection, outside any transaction block: each of its statements is then a transaction of
-/// its own (`BEGIN`, the statement, `COMMIT`, in one round trip), and a statement that failed
-/// with a transient conflict is run again (see [`PostgresStore`], "Isolation, retries and lock
-/// waits").
-#[async_trait]
-impl KeyStore for PostgresStore {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.claim_on(&mut *self.acquire().await?, &req, ClaimPath::Pooled)
-            .await
-    }
-
-    async fn renew(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        if self.pool.is_closed() {
-            // The store was closed: renewals end with it.
-            return Err(map(sqlx::Error::PoolClosed));
-        }
-        // The lease pool: a renewal never waits for a connection of the main pool.
-        let mut conn = self.lease_pool().acquire().await.map_err(map)?;
-        retry_transient!(self.renew_in(&mut conn, id, token, lease).await)
-    }
-
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        recovery_point: &str,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.acquire().await?;
-        retry_transient!(
-            self.checkpoint_in(&mut conn, id, token, recovery_point, lease, None)
-                .await
-        )
-    }
-
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        response: StoredResponse,
-        retention: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.acquire().await?;
-        retry_transient!(
-            self.complete_in(&mut conn, id, token, &response, retention)
-                .await
-        )
-    }
-
-    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        let mut conn = self.acquire().await?;
-        retry_transient!(self.release_in(&mut conn, id, token).await)
-    }
-
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        retry_transient!(read(&self.pool, id).await)
     }
 }
 

@@ -1,10 +1,14 @@
-//! [`Between`]: a multi-step request between two phases.
+//! [`Between`]: a multi-step request between two phases, from the [`Tx::checkpoint`] that
+//! commits a phase with its recovery point to the [`Between::begin`] of the next phase.
 
 use crate::error::TxError;
+use crate::phase::{reported, warn_if_long};
+use crate::shared::Shared;
 use crate::store::SqlStore;
-use crate::tx::{Shared, Tx};
-use oncely_core::RecordKey;
+use crate::tx::Tx;
+use oncely_core::{RecordKey, StoredRequest};
 use oncely_tower::ClaimState;
+use serde::Serialize;
 use std::fmt;
 use std::sync::Arc;
 
@@ -120,5 +124,49 @@ impl<S: SqlStore> Between<S> {
         }
         let tx = sh.store.begin_phase(&sh.id, sh.token, sh.lease).await?;
         Ok(Tx::new(tx, Arc::clone(sh), self.claim.clone(), false))
+    }
+}
+
+impl<S: SqlStore> Tx<S> {
+    /// Commits this phase with `step` as its recovery point (serialized as JSON): a retry that
+    /// takes the request over after a crash gets it back from [`Tx::resume_from`] and goes on
+    /// from there. Call it before every outside call, and make the call with the returned
+    /// [`Between`] ([`Between::call`]), with no transaction open; the call itself then carries
+    /// an idempotency key derived from ours (see [`derived_key`](crate::derived_key)).
+    ///
+    /// # Errors
+    ///
+    /// As [`Tx::commit`], and [`TxError::RecoveryPoint`](crate::TxError::RecoveryPoint) when
+    /// `step` does not serialize.
+    pub async fn checkpoint<T: Serialize>(
+        mut self,
+        step: &T,
+    ) -> Result<Between<S>, crate::TxError> {
+        let rp = serde_json::to_string(step)?;
+        let mut tx = self.take();
+        let sh = Arc::clone(&self.shared);
+        warn_if_long(&sh, self.opened);
+        let request = sh
+            .deferred_request
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(StoredRequest::encode);
+        let written = sh
+            .store
+            .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease, request.as_deref())
+            .await;
+        match written {
+            Ok(()) => sh.store.commit(tx).await,
+            Err(e) => Err(e),
+        }
+        .map_err(|e| reported(&sh, e))?;
+        *sh.deferred_request
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        if let Some(claim) = &self.claim {
+            claim.phase_committed(Some(rp));
+        }
+        Ok(Between::new(sh, self.claim.clone()))
     }
 }

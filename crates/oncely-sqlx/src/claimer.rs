@@ -1,7 +1,7 @@
 //! [`TransactionalClaimer`]: claims inside the handler's own transaction.
 
+use crate::shared::{Shared, TxSlot};
 use crate::store::SqlStore;
-use crate::tx::{Shared, TxSlot};
 use async_trait::async_trait;
 use oncely_core::{ClaimOutcome, ClaimRequest, StoreError};
 use oncely_tower::{Claimer, ClaimerKind};

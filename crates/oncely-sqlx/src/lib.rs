@@ -114,6 +114,7 @@ mod between;
 mod claimer;
 mod error;
 mod phase;
+mod shared;
 mod split;
 mod store;
 mod tx;

@@ -3,8 +3,8 @@
 //! open too long, and a split store's ordered completion.
 
 use crate::error::TxError;
+use crate::shared::Shared;
 use crate::store::SqlStore;
-use crate::tx::Shared;
 use sqlx::Transaction;
 use std::time::Instant;
 

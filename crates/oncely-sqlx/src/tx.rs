@@ -1,42 +1,20 @@
 //! [`Tx`]: the handler's transaction that already holds its claim.
 
-use crate::between::Between;
 use crate::phase::{reported, split_finish, warn_if_long};
+// `unclaimed.rs` takes `Shared` and `TxSlot` from here.
+pub(crate) use crate::shared::{Shared, TxSlot};
 use crate::store::SqlStore;
 use axum::response::{IntoResponse, Response};
 use oncely_core::response::capture_response;
-use oncely_core::{ClaimKind, FencingToken, RecordKey, StoredRequest};
+use oncely_core::{ClaimKind, RecordKey};
 use oncely_tower::{ClaimState, ResponseCommitted};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{Database, Transaction};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// What the claimer and the request's phases share about one claimed request.
-pub(crate) struct Shared<S: SqlStore> {
-    pub(crate) store: S,
-    pub(crate) id: RecordKey,
-    pub(crate) token: FencingToken,
-    pub(crate) lease: Duration,
-    pub(crate) retention: Duration,
-    /// The first phase's transaction (it holds the claim) until the handler takes it.
-    pub(crate) first: Mutex<Option<Transaction<'static, S::Database>>>,
-    /// The request the claim left out (an atomic store's claimer defers it), until a
-    /// checkpoint commits it.
-    pub(crate) deferred_request: Mutex<Option<StoredRequest>>,
-}
-
-/// The request extension through which the claimer hands the first phase to the handler.
-pub(crate) struct TxSlot<S: SqlStore>(pub(crate) Arc<Shared<S>>);
-
-impl<S: SqlStore> Clone for TxSlot<S> {
-    fn clone(&self) -> Self {
-        Self(Arc::clone(&self.0))
-    }
-}
+use std::sync::Arc;
+use std::time::Instant;
 
 /// One atomic phase of an idempotent request: an open database transaction that already holds
 /// the request's claim (or, in a later phase, began with the store's fencing step).
@@ -72,10 +50,10 @@ pub struct Tx<S: SqlStore> {
     /// baseline run without idempotency).
     pub(crate) claim: Option<Arc<ClaimState>>,
     /// Whether this is the transaction that carries the claim (not one of
-    /// [`Between::begin`]).
+    /// [`Between::begin`](crate::Between::begin)).
     first: bool,
     /// When this phase's transaction began (for the warning about phases held open long).
-    opened: Instant,
+    pub(crate) opened: Instant,
 }
 
 impl<S: SqlStore> fmt::Debug for Tx<S> {
@@ -196,7 +174,7 @@ impl<S: SqlStore> Tx<S> {
             .map_err(Into::into)
     }
 
-    fn take(&mut self) -> Transaction<'static, S::Database> {
+    pub(crate) fn take(&mut self) -> Transaction<'static, S::Database> {
         self.tx
             .take()
             .expect("a Tx holds its transaction until it ends")
@@ -304,48 +282,7 @@ impl<S: SqlStore> Tx<S> {
             .insert(ResponseCommitted::default());
         Ok(response.map(axum::body::Body::new))
     }
-
-    /// Commits this phase with `step` as its recovery point (serialized as JSON): a retry that
-    /// takes the request over after a crash gets it back from [`Tx::resume_from`] and goes on
-    /// from there. Call it before every outside call, and make the call with the returned
-    /// [`Between`] ([`Between::call`]), with no transaction open; the call itself then carries
-    /// an idempotency key derived from ours (see [`derived_key`](crate::derived_key)).
-    ///
-    /// # Errors
-    ///
-    /// As [`Tx::commit`], and [`TxError::RecoveryPoint`](crate::TxError::RecoveryPoint) when
-    /// `step` does not serialize.
-    pub async fn checkpoint<T: Serialize>(
-        mut self,
-        step: &T,
-    ) -> Result<Between<S>, crate::TxError> {
-        let rp = serde_json::to_string(step)?;
-        let mut tx = self.take();
-        let sh = Arc::clone(&self.shared);
-        warn_if_long(&sh, self.opened);
-        let request = sh
-            .deferred_request
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(StoredRequest::encode);
-        let written = sh
-            .store
-            .checkpoint_in(&mut tx, &sh.id, sh.token, &rp, sh.lease, request.as_deref())
-            .await;
-        match written {
-            Ok(()) => sh.store.commit(tx).await,
-            Err(e) => Err(e),
-        }
-        .map_err(|e| reported(&sh, e))?;
-        *sh.deferred_request
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = None;
-        if let Some(claim) = &self.claim {
-            claim.phase_committed(Some(rp));
-        }
-        Ok(Between::new(sh, self.claim.clone()))
-    }
+    // `Tx::checkpoint`, which ends a phase into a `Between`, is in `between.rs`.
 }
 
 /// The axum extractor.

@@ -32,6 +32,7 @@
 //! - A store implements both traits, [`KeyStore`] and [`Maintenance`], and the shared
 //!   conformance suite (the crate `oncely-conformance`), which covers both, must pass.
 
+pub mod guarded;
 pub mod memory;
 pub mod operator;
 mod wrapper;

@@ -334,9 +334,10 @@ pub fn check_change(
 }
 
 /// What a person may do to a store's records (see the module docs): a trait beside
-/// [`KeyStore`](super::KeyStore) and [`Maintenance`], implemented by the memory store and the
-/// SQL stores, and covered by the conformance suite (the crate `oncely-conformance`, its
-/// `operator` scenarios). A store that wraps another one forwards these through
+/// [`KeyStore`](super::KeyStore) and [`Maintenance`], implemented by the memory store, Redis
+/// and the three SQL stores (through their one implementation, [`guarded`](super::guarded)),
+/// and covered by the conformance suite (the crate `oncely-conformance`, its `operator`
+/// scenarios). A store that wraps another one forwards these through
 /// [`StoreWrapper`](super::StoreWrapper).
 ///
 /// Reading one record is [`KeyStore::get`](super::KeyStore::get) (every field). Every change
