@@ -1,8 +1,7 @@
 //! [`Tx`]: the handler's transaction that already holds its claim.
 
 use crate::phase::{reported, split_finish, warn_if_long};
-// `unclaimed.rs` takes `Shared` and `TxSlot` from here.
-pub(crate) use crate::shared::{Shared, TxSlot};
+use crate::shared::{Shared, TxSlot};
 use crate::store::SqlStore;
 use axum::response::{IntoResponse, Response};
 use oncely_core::response::capture_response;
