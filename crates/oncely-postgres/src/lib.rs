@@ -38,6 +38,8 @@
 mod error;
 mod maintenance;
 mod operator;
+#[cfg(test)]
+mod plans;
 mod row;
 mod sql;
 mod store;
