@@ -201,10 +201,7 @@ async fn maintenance_and_listing_queries_read_their_indexes() {
             println!(
                 "table {} type {kind} key {key} rows {} extra {}",
                 field(step, "table"),
-                step.try_get_unchecked::<Option<i64>, _>("rows")
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default(),
+                field(step, "rows"),
                 field(step, "Extra"),
             );
             if kind == "ALL" {
