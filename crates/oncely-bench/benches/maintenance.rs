@@ -39,10 +39,24 @@
 //!   cargo bench -p oncely-bench --bench maintenance -- 10000 100000 1000000
 //! ```
 //!
-//! A smoke run with small sizes: `cargo bench -p oncely-bench --bench maintenance -- 1000 10000`.
-//! One store at 1,000,000: `ONCELY_BENCH_STORES=sqlite cargo bench -p oncely-bench --bench
-//! maintenance -- 1000000` (1,000,000 records take about 1 GB of Redis memory and a few
-//! minutes to load; on PostgreSQL about 0.5 GB of disk).
+//! (1,000,000 records take about 1 GB of Redis memory and a few minutes to load; on PostgreSQL
+//! and SQLite about 0.5 GB of disk and under a minute to copy.)
+//!
+//! A smoke run (a debug build, every store, small sizes; its times mean nothing):
+//!
+//! ```text
+//! ONCELY_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres \
+//! ONCELY_BENCH_MYSQL_URL=mysql://root@127.0.0.1:3306/mysql \
+//!   cargo test -p oncely-bench --bench maintenance -- 1000 10000
+//! ```
+//!
+//! PostgreSQL and SQLite at 1,000,000 only:
+//!
+//! ```text
+//! ONCELY_BENCH_STORES=postgres,sqlite \
+//! ONCELY_BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres \
+//!   cargo bench -p oncely-bench --bench maintenance -- 10000 1000000
+//! ```
 
 #![allow(missing_docs)]
 
