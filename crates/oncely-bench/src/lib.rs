@@ -71,7 +71,9 @@ impl Opened {
 pub mod proxy;
 pub mod transactional;
 
-pub(crate) fn env_url(bench: &str, test: &str) -> Option<String> {
+/// The URL in the environment variable `bench` (e.g. `ONCELY_BENCH_POSTGRES_URL`), else in
+/// `test` (e.g. `ONCELY_TEST_POSTGRES_URL`); `None` when both are unset or empty.
+pub fn env_url(bench: &str, test: &str) -> Option<String> {
     std::env::var(bench)
         .ok()
         .or_else(|| std::env::var(test).ok())

@@ -1,8 +1,11 @@
 //! `oncely records` end to end: a payment whose card processor stays down past the
 //! completer's attempts is marked for a person (`409 idempotency_request_needs_attention`);
 //! `oncely records resolve` completes it with the answer a person decided, and the client's
-//! retry gets that answer replayed. On SQLite, and on PostgreSQL when
-//! `ONCELY_TEST_POSTGRES_URL` is set.
+//! retry gets that answer replayed; another one is re-driven once more by `oncely records
+//! retry`, then forgotten by `oncely records release` (its next request executes anew). On
+//! SQLite; on PostgreSQL when `ONCELY_TEST_POSTGRES_URL` is set; on Redis
+//! (`ONCELY_TEST_REDIS_URL`) and Redis Cluster (`ONCELY_TEST_REDIS_CLUSTER_URL`, e.g. from
+//! `.ci/redis-cluster.sh start`), each in a namespace of its own.
 
 mod common;
 
@@ -64,6 +67,17 @@ async fn key_state(url: &str, key: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// Waits (up to 60 s) until the completer marked the payment with `key` for a person.
+async fn wait_marked(url: &str, key: &str) {
+    for _ in 0..600 {
+        if key_state(url, key).await["needs_attention"] == true {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the completer never marked the payment {key}");
+}
+
 /// `oncely records --store STORE ARGS…`, standard input closed (not a terminal).
 fn records(store: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oncely"))
@@ -108,15 +122,7 @@ async fn marked_then_resolved(store: &str) {
     let key = format!("records-{}", uuid::Uuid::new_v4());
     let (status, _, body) = pay(&server.url, &key).await;
     assert_eq!(status, 503, "{body}");
-    let mut marked = false;
-    for _ in 0..600 {
-        if key_state(&server.url, &key).await["needs_attention"] == true {
-            marked = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(marked, "the completer never marked the payment");
+    wait_marked(&server.url, &key).await;
     let (status, _, body) = pay(&server.url, &key).await;
     assert_eq!(status, 409, "{body}");
     assert!(
@@ -260,6 +266,54 @@ async fn marked_then_resolved(store: &str) {
     ] {
         assert!(shown.contains(want), "{want:?} in {shown}");
     }
+
+    retried_then_released(store, &server.url, &charges, &scope).await;
+}
+
+/// Another payment marked the same way: `retry` lifts the mark and the completer re-drives it
+/// once more (the processor still down: one more charge, marked again); `release` forgets it,
+/// and the next request with its key executes anew instead of answering 409.
+async fn retried_then_released(store: &str, url: &str, charges: &AtomicUsize, scope: &str) {
+    let key = format!("records-retry-{}", uuid::Uuid::new_v4());
+    let (status, _, body) = pay(url, &key).await;
+    assert_eq!(status, 503, "{body}");
+    wait_marked(url, &key).await;
+    let charged = charges.load(Ordering::SeqCst);
+    let change = |what: &str, extra: &[&str]| {
+        let mut args = vec![what, scope, &key, "--reason", "TICKET-8", "--yes"];
+        args.extend_from_slice(extra);
+        let out = records(store, &args);
+        assert!(out.status.success(), "{what}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains(&format!("{what}: done")),
+            "{what}: {}",
+            text(&out)
+        );
+    };
+    // The server's --completer-max-attempts: the record is left one attempt under it.
+    change("retry", &["--completer-max-attempts", "1"]);
+    for _ in 0..600 {
+        if charges.load(Ordering::SeqCst) > charged {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        charged + 1,
+        "one more re-drive"
+    );
+    wait_marked(url, &key).await;
+    let show = records(store, &["show", scope, &key, "--json"]);
+    assert!(show.status.success(), "{}", text(&show));
+    let shown: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(shown["state"], "in_flight", "{shown}");
+    assert!(shown["redrives"]["marked_at"].is_i64(), "{shown}");
+
+    change("release", &[]);
+    let (status, _, body) = pay(url, &key).await;
+    assert_eq!(status, 503, "executed anew: {body}");
+    assert_eq!(charges.load(Ordering::SeqCst), charged + 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,4 +355,33 @@ async fn a_marked_payment_resolved_by_a_person_replays_the_decided_answer_on_pos
     )))
     .execute(&mut admin)
     .await;
+}
+
+/// `ONCELY_TEST_…` `var`'s Redis URL in a namespace of this test's own (the server's completer
+/// re-drives every abandoned record of its namespace, so a shared one would change other
+/// tests' records), accepting a Redis that persists nothing; `None` when unset.
+fn redis_store(var: &str) -> Option<String> {
+    let Some(url) = std::env::var(var).ok().filter(|u| !u.is_empty()) else {
+        eprintln!("skipped: {var} is unset");
+        return None;
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    Some(format!(
+        "{url}{sep}namespace=oncely-records-e2e-{}&accept_volatile=true",
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_payment_resolved_by_a_person_replays_the_decided_answer_on_redis() {
+    if let Some(store) = redis_store("ONCELY_TEST_REDIS_URL") {
+        marked_then_resolved(&store).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_payment_resolved_by_a_person_replays_the_decided_answer_on_redis_cluster() {
+    if let Some(store) = redis_store("ONCELY_TEST_REDIS_CLUSTER_URL") {
+        marked_then_resolved(&store).await;
+    }
 }

@@ -62,6 +62,7 @@ pub mod fencing;
 pub mod fixtures;
 pub mod maintenance;
 pub mod operator;
+pub mod plans;
 
 pub use claim::{
     claim_complete_replay, concurrent_claims_one_winner, in_flight_and_renew,

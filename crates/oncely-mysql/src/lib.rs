@@ -90,6 +90,8 @@
 
 mod error;
 mod operator;
+#[cfg(test)]
+mod plans;
 mod row;
 mod sql;
 mod store;

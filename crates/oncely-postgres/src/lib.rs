@@ -40,6 +40,8 @@ mod error;
 mod keystore;
 mod maintenance;
 mod operator;
+#[cfg(test)]
+mod plans;
 mod row;
 mod sql;
 mod store;

@@ -224,8 +224,8 @@ async fn concurrent_migrations_on_a_fresh_database() {
     .await
     .unwrap();
     assert_eq!(
-        indexes, 4,
-        "primary key, expires_at, in-flight leases, marked records"
+        indexes, 5,
+        "primary key, expires_at, in-flight leases, marked records, in-flight (scope, key)"
     );
     check.pool().close().await;
     sqlx::query(sqlx::AssertSqlSafe(format!(
