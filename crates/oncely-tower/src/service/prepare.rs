@@ -136,14 +136,11 @@ where
             (n.as_str(), values)
         })
         .collect();
-    let fingerprint = match config.fingerprinter.try_fingerprint(&RequestParts {
-        method: parts.method.as_str(),
-        path: uri.path(),
-        query: uri.query(),
-        content_type,
-        body: &body,
-        extra_headers: &extra,
-    }) {
+    let request_parts = RequestParts::new(parts.method.as_str(), uri.path(), &body)
+        .with_query(uri.query())
+        .with_content_type(content_type)
+        .with_extra_headers(&extra);
+    let fingerprint = match config.fingerprinter.try_fingerprint(&request_parts) {
         Ok(f) => f,
         Err(e) => {
             // Refused before any claim: a body with no canonical form could be matched with
