@@ -15,6 +15,10 @@
 //! [`transactional`] holds issue 11's endpoint in three variants (baseline, floor, layer) for
 //! `benches/transactional.rs` (`cargo bench -p oncely-bench --bench transactional`).
 
+// The bench programs' shared code, not a published API: its handles (stores, routers, pools)
+// have nothing a `Debug` print would tell.
+#![allow(missing_debug_implementations)]
+
 use oncely_core::{
     ClaimRequest, Fingerprint, IdempotencyKey, KeyStore, MemoryStore, RecordKey, Scope,
     StoredResponse,
