@@ -50,7 +50,7 @@ pub trait Dialect: Send + Sync + 'static {
     }
 }
 
-/// The default dialect: RFC 9457 problem details ([`problem_response`](crate::problem_response))
+/// The default dialect: RFC 9457 problem details ([`problem_response`])
 /// and the HTTP status.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProblemJson;
