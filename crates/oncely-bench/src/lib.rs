@@ -16,6 +16,10 @@
 //! layer) for `benches/transactional.rs` (`cargo bench -p oncely-bench --bench transactional`;
 //! docs/PERFORMANCE.md, "The transactional layer against its floor").
 
+// The bench programs' shared code, not a published API: its handles (stores, routers, pools)
+// have nothing a `Debug` print would tell.
+#![allow(missing_debug_implementations)]
+
 use oncely_core::{
     ClaimRequest, Fingerprint, IdempotencyKey, KeyStore, MemoryStore, RecordKey, Scope,
     StoredResponse,

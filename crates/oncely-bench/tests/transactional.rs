@@ -65,7 +65,7 @@ async fn check(bench: &Bench) {
                 let per_request = match v {
                     Variant::Baseline => 2,
                     Variant::Layer => 3,
-                    _ => 4,
+                    Variant::Floor => 4,
                 };
                 assert_eq!(
                     seen.len(),

@@ -137,6 +137,7 @@ pub enum RetryCost {
 
 /// The bucket could not pay for a retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BudgetEmpty {
     /// Tokens in the bucket when the retry was refused.
     pub available: u32,

@@ -85,7 +85,7 @@
 //! use http::{HeaderMap, HeaderValue, Method, StatusCode};
 //! use oncely_client::classify::{classify, Outcome, ProblemFacts, RequestFacts, ResponseFacts, Verdict};
 //!
-//! let get = RequestFacts { method: &Method::GET, has_key: false };
+//! let get = RequestFacts::new(&Method::GET, false);
 //! let mut headers = HeaderMap::new();
 //! headers.insert("x-should-retry", HeaderValue::from_static("false"));
 //! headers.insert("stripe-should-retry", HeaderValue::from_static("true"));

@@ -24,14 +24,10 @@ pub fn fresh_id() -> RecordKey {
 
 /// A JSON request fingerprint for `body`.
 pub fn fp(body: &str) -> Fingerprint {
-    DefaultFingerprinter.fingerprint(&RequestParts {
-        method: "POST",
-        path: "/v1/payments",
-        query: None,
-        content_type: Some(b"application/json"),
-        body: body.as_bytes(),
-        extra_headers: &[],
-    })
+    DefaultFingerprinter.fingerprint(
+        &RequestParts::new("POST", "/v1/payments", body.as_bytes())
+            .with_content_type(Some(b"application/json")),
+    )
 }
 
 /// A claim request with the suite's lease, window and retention.

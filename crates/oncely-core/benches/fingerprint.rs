@@ -64,14 +64,7 @@ fn tree_fingerprint(body: &[u8]) -> [u8; 32] {
 }
 
 fn parts<'a>(content_type: &'a [u8], body: &'a [u8]) -> RequestParts<'a> {
-    RequestParts {
-        method: "POST",
-        path: "/v1/orders",
-        query: None,
-        content_type: Some(content_type),
-        body,
-        extra_headers: &[],
-    }
+    RequestParts::new("POST", "/v1/orders", body).with_content_type(Some(content_type))
 }
 
 fn benches(c: &mut Criterion) {

@@ -26,14 +26,7 @@ mod order_body;
 use order_body::json_body;
 
 fn parts<'a>(content_type: &'a [u8], body: &'a [u8]) -> RequestParts<'a> {
-    RequestParts {
-        method: "POST",
-        path: "/v1/orders",
-        query: None,
-        content_type: Some(content_type),
-        body,
-        extra_headers: &[],
-    }
+    RequestParts::new("POST", "/v1/orders", body).with_content_type(Some(content_type))
 }
 
 fn tree_fingerprint(body: &[u8]) -> [u8; 32] {

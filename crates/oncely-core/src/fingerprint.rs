@@ -119,7 +119,21 @@ impl fmt::Display for Fingerprint {
 pub struct FingerprintDecodeError;
 
 /// What the fingerprint is computed from: the bytes received, before any parsing by the handler.
+///
+/// Built with [`RequestParts::new`] and the `with_*` methods (more parts may take part in a later
+/// version of the fingerprint, so the struct cannot be written as a literal outside this crate):
+///
+/// ```
+/// use oncely_core::fingerprint::{DefaultFingerprinter, Fingerprinter, RequestParts};
+///
+/// let parts = RequestParts::new("POST", "/v1/orders", br#"{"sku":"A"}"#)
+///     .with_query(Some("dry_run=false"))
+///     .with_content_type(Some(b"application/json"));
+/// assert_eq!(parts.query, Some("dry_run=false"));
+/// let _ = DefaultFingerprinter.fingerprint(&parts);
+/// ```
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct RequestParts<'a> {
     /// The method, e.g. `POST`.
     pub method: &'a str,
@@ -134,6 +148,48 @@ pub struct RequestParts<'a> {
     /// Extra headers configured to take part, as `(lower-case name, value)`, in configured
     /// order; a name with no value in the request is passed with an empty slice of values.
     pub extra_headers: &'a [(&'a str, Vec<&'a [u8]>)],
+}
+
+impl<'a> RequestParts<'a> {
+    /// The parts of a request by its `method` (e.g. `POST`), route `path` (e.g. `/v1/payments`)
+    /// and whole `body`, with no query, no `Content-Type` and no extra headers until the
+    /// `with_*` methods set them.
+    #[must_use]
+    pub const fn new(method: &'a str, path: &'a str, body: &'a [u8]) -> Self {
+        Self {
+            method,
+            path,
+            query: None,
+            content_type: None,
+            body,
+            extra_headers: &[],
+        }
+    }
+
+    /// Sets the raw query string without `?` (`None`: the URI had none).
+    #[must_use]
+    pub const fn with_query(mut self, query: Option<&'a str>) -> Self {
+        self.query = query;
+        self
+    }
+
+    /// Sets the `Content-Type` header value (`None`: the request had none).
+    #[must_use]
+    pub const fn with_content_type(mut self, content_type: Option<&'a [u8]>) -> Self {
+        self.content_type = content_type;
+        self
+    }
+
+    /// Sets the extra headers configured to take part, as `(lower-case name, values)` in
+    /// configured order (a name the request lacks comes with no values).
+    #[must_use]
+    pub const fn with_extra_headers(
+        mut self,
+        extra_headers: &'a [(&'a str, Vec<&'a [u8]>)],
+    ) -> Self {
+        self.extra_headers = extra_headers;
+        self
+    }
 }
 
 /// Why a request has no fingerprint.

@@ -202,8 +202,9 @@ impl fmt::Display for Scope {
     }
 }
 
-/// The identity of a record: `(scope, key)`.
+/// The identity of a record: `(scope, key)`, made with [`RecordKey::new`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct RecordKey {
     /// Whose key it is.
     pub scope: Scope,

@@ -30,14 +30,7 @@ fn normalized<'a>(parts: &RequestParts<'a>) -> RequestParts<'a> {
             ct
         }
     });
-    RequestParts {
-        method: parts.method,
-        path: parts.path,
-        query: None,
-        content_type,
-        body: parts.body,
-        extra_headers: parts.extra_headers,
-    }
+    parts.with_query(None).with_content_type(content_type)
 }
 
 impl Fingerprinter for GrpcFingerprinter {
@@ -55,14 +48,8 @@ mod tests {
     use super::*;
 
     fn fp(ct: &[u8], body: &[u8], path: &str) -> Fingerprint {
-        GrpcFingerprinter.fingerprint(&RequestParts {
-            method: "POST",
-            path,
-            query: None,
-            content_type: Some(ct),
-            body,
-            extra_headers: &[],
-        })
+        GrpcFingerprinter
+            .fingerprint(&RequestParts::new("POST", path, body).with_content_type(Some(ct)))
     }
 
     #[test]

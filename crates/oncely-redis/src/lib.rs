@@ -19,10 +19,10 @@
 //! )
 //! .await?;
 //! let id = RecordKey::new(Scope::new("acct_1"), IdempotencyKey::new("order-42").unwrap());
-//! let fingerprint = DefaultFingerprinter.fingerprint(&RequestParts {
-//!     method: "POST", path: "/v1/orders", query: None,
-//!     content_type: Some(b"application/json"), body: br#"{"sku":"A"}"#, extra_headers: &[],
-//! });
+//! let fingerprint = DefaultFingerprinter.fingerprint(
+//!     &RequestParts::new("POST", "/v1/orders", br#"{"sku":"A"}"#)
+//!         .with_content_type(Some(b"application/json")),
+//! );
 //! // Lease 30 s, replay window 24 h, retention 72 h.
 //! let req = ClaimRequest::new(
 //!     id, fingerprint, Duration::from_secs(30),

@@ -37,14 +37,10 @@ async fn cold_reopen_replays_byte_for_byte() {
     let request = |body: &'static str| {
         ClaimRequest::new(
             id.clone(),
-            DefaultFingerprinter.fingerprint(&RequestParts {
-                method: "POST",
-                path: "/v1/payments",
-                query: None,
-                content_type: Some(b"application/json"),
-                body: body.as_bytes(),
-                extra_headers: &[],
-            }),
+            DefaultFingerprinter.fingerprint(
+                &RequestParts::new("POST", "/v1/payments", body.as_bytes())
+                    .with_content_type(Some(b"application/json")),
+            ),
             LEASE,
             WINDOW,
             RETENTION,

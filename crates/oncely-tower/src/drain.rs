@@ -44,11 +44,11 @@
 //! # }
 //! ```
 
-use crate::Body;
-use crate::claim::LeaseBook;
-use crate::settings::Config;
+use crate::dialect::Dialect;
+use crate::lease::LeaseBook;
 use http::Response;
 use http::header::{CONNECTION, HeaderValue};
+use oncely_core::response::Body;
 use oncely_core::{KeyStore, StoreError};
 use std::collections::HashMap;
 use std::fmt;
@@ -135,11 +135,17 @@ impl fmt::Debug for Drain {
 }
 
 impl Drain {
-    pub(crate) fn new(config: &Config) -> Self {
+    /// The handle of one layer's drain `state`, whose store calls go to `store`, each bounded
+    /// by `store_timeout`.
+    pub(crate) fn new(
+        state: Arc<DrainState>,
+        store: Arc<dyn KeyStore>,
+        store_timeout: Duration,
+    ) -> Self {
         Self {
-            state: Arc::clone(&config.drain),
-            store: Arc::clone(&config.store),
-            store_timeout: config.store_timeout,
+            state,
+            store,
+            store_timeout,
             outside_call_wait: Self::DEFAULT_OUTSIDE_CALL_WAIT,
         }
     }
@@ -273,10 +279,7 @@ impl Drain {
     }
 
     /// The answer to a keyed request that arrives while draining.
-    pub(crate) fn shutting_down(
-        dialect: &dyn crate::Dialect,
-        retry_after_secs: u64,
-    ) -> Response<Body> {
+    pub(crate) fn shutting_down(dialect: &dyn Dialect, retry_after_secs: u64) -> Response<Body> {
         let p = oncely_core::Problem::from_code(
             oncely_core::ErrorCode::ServerShuttingDown,
             "this server instance is shutting down and did not run the request; retry the same request with the same key",

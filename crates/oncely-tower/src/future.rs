@@ -1,7 +1,7 @@
 //! [`ResponseFuture`]: the future an [`Idempotency`](crate::Idempotency) service returns.
 
-use crate::Body;
 use http::Response;
+use oncely_core::response::Body;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -24,10 +24,13 @@
 //! # let _ = (standard_webhooks, github);
 //! ```
 
-use crate::IDEMPOTENCY_KEY;
 use http::HeaderName;
 use oncely_core::{IdempotencyKey, KeyError};
 use std::fmt;
+
+/// The request header carrying the key: `Idempotency-Key` (IETF
+/// draft-ietf-httpapi-idempotency-key-header), lower case.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// Where the layer reads the idempotency key of the requests it handles. Default: the
 /// `Idempotency-Key` header (IETF draft-ietf-httpapi-idempotency-key-header).

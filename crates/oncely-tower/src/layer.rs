@@ -2,6 +2,8 @@
 
 use crate::claimer::{Claimer, StoreClaimer};
 use crate::config::{DefaultKeyRule, ExtensionScope, KeyRule, ScopeExtractor};
+use crate::dialect::{Dialect, ProblemJson};
+use crate::drain::Drain;
 use crate::key_source::KeySource;
 use crate::metrics::Metrics;
 use crate::service::Idempotency;
@@ -86,7 +88,7 @@ impl IdempotencyLayer {
                 drain: Arc::default(),
                 local: Arc::default(),
                 keeper: Arc::default(),
-                dialect: Arc::new(crate::ProblemJson),
+                dialect: Arc::new(ProblemJson),
             },
         }
     }
@@ -171,7 +173,7 @@ impl IdempotencyLayer {
     /// Replaces how answers are said and responses judged (default [`ProblemJson`](crate::ProblemJson):
     /// RFC 9457 problem details and the HTTP status). The `oncely-grpc` crate sets its gRPC
     /// dialect here.
-    pub fn with_dialect(mut self, d: impl crate::Dialect) -> Self {
+    pub fn with_dialect(mut self, d: impl Dialect) -> Self {
         self.config.dialect = Arc::new(d);
         self
     }
@@ -217,8 +219,12 @@ impl IdempotencyLayer {
     /// The graceful-shutdown handle of this layer and of every service it made (see
     /// [`Drain`](crate::Drain)). Call it after the builder methods: it keeps the store and
     /// store timeout configured at this point.
-    pub fn drain(&self) -> crate::Drain {
-        crate::Drain::new(&self.config)
+    pub fn drain(&self) -> Drain {
+        Drain::new(
+            Arc::clone(&self.config.drain),
+            Arc::clone(&self.config.store),
+            self.config.store_timeout,
+        )
     }
 
     /// The policy in force.

@@ -104,6 +104,7 @@
 //! scope and replay window, a request's side effects run once however often it is retried,
 //! provided the handler's effects happen inside the handler (see `oncely_core`).
 
+mod body;
 pub mod claim;
 pub mod claimer;
 mod config;
@@ -114,6 +115,7 @@ mod future;
 mod keeper;
 pub mod key_source;
 mod layer;
+mod lease;
 mod local;
 mod metrics;
 #[cfg(feature = "openapi")]
@@ -135,7 +137,7 @@ pub use context::{HandlerOutcome, IdempotencyContext, StepError};
 pub use dialect::{Dialect, ProblemJson};
 pub use drain::Drain;
 pub use future::ResponseFuture;
-pub use key_source::{InvalidKeySource, KeySource};
+pub use key_source::{IDEMPOTENCY_KEY, InvalidKeySource, KeySource};
 pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use oncely_core::response::{
@@ -149,7 +151,3 @@ pub use standard_webhooks::{
     StandardWebhooks, StandardWebhooksLayer, TIMESTAMP_TOLERANCE_SECS, VerifiedWebhook,
     WEBHOOK_CHALLENGE, WebhookSecretError,
 };
-
-/// The request header carrying the key: `Idempotency-Key` (IETF
-/// draft-ietf-httpapi-idempotency-key-header), lower case.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";

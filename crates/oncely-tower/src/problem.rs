@@ -14,11 +14,11 @@
 //! assert_eq!(res.headers()["x-should-retry"], "true");
 //! ```
 
-use crate::Body;
 use bytes::Bytes;
 use http::Response;
 use http_body_util::{BodyExt, Full};
-use oncely_core::{ErrorCode, Problem, StatusProfile};
+use oncely_core::Problem;
+use oncely_core::response::Body;
 
 /// Renders a problem as a response of the layer's body type: [`Problem::to_http_response`]
 /// (its status, `Content-Type: application/problem+json`, the JSON body in RFC 9457's member
@@ -40,63 +40,4 @@ pub fn problem_response(problem: &Problem, retry_after_secs: Option<u64>) -> Res
             .map_err(|never| match never {})
             .boxed_unsync()
     })
-}
-
-/// A problem for one of the codes, under a profile, as `dialect` says it. Retryable codes
-/// carry `Retry-After`.
-pub(crate) fn code_response(
-    dialect: &dyn crate::Dialect,
-    code: ErrorCode,
-    profile: StatusProfile,
-    detail: impl Into<String>,
-    retry_after_secs: u64,
-) -> Response<Body> {
-    let retry = code.retryable().then_some(retry_after_secs);
-    dialect.render(&Problem::new(code, profile, detail), retry)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::header::RETRY_AFTER;
-    use oncely_core::X_SHOULD_RETRY;
-
-    #[tokio::test]
-    async fn renders_json_body_and_retry_after_only_for_retryable_codes() {
-        let res = code_response(
-            &crate::ProblemJson,
-            ErrorCode::KeyMismatch,
-            StatusProfile::Resend,
-            "d",
-            7,
-        );
-        assert_eq!(res.status(), 409);
-        assert!(res.headers().get(RETRY_AFTER).is_none());
-        assert_eq!(res.headers()[X_SHOULD_RETRY], "false");
-        let bytes = res.into_body().collect().await.unwrap().to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(v["code"], "idempotency_key_mismatch");
-        assert_eq!(v["status"], 409);
-        assert_eq!(v["retryable"], false);
-
-        let res = code_response(
-            &crate::ProblemJson,
-            ErrorCode::StoreUnavailable,
-            StatusProfile::Ietf,
-            "d",
-            7,
-        );
-        assert_eq!(res.status(), 503);
-        assert_eq!(res.headers()[RETRY_AFTER], "7");
-        assert_eq!(res.headers()[X_SHOULD_RETRY], "true");
-        let p = Problem::from_code(ErrorCode::RequestBodyUnreadable, "d");
-        assert_eq!(
-            problem_response(&p, None).headers()[X_SHOULD_RETRY],
-            "false"
-        );
-        // The problem's own delay, and the one given, which wins.
-        let p = Problem::from_code(ErrorCode::ServerShuttingDown, "d").with_retry_after(4);
-        assert_eq!(problem_response(&p, None).headers()[RETRY_AFTER], "4");
-        assert_eq!(problem_response(&p, Some(9)).headers()[RETRY_AFTER], "9");
-    }
 }

@@ -1,10 +1,15 @@
 //! [`Config`]: everything a service of the layer needs, shared behind one `Arc`, built by
-//! [`IdempotencyLayer`](crate::IdempotencyLayer) and read by the service, its claims, the
-//! heartbeat and the drain.
+//! [`IdempotencyLayer`](crate::IdempotencyLayer) and read by the service, its claims and the
+//! heartbeat (the drain gets its own part of it from the layer: the drain state, the store and
+//! the store timeout).
 
 use crate::claimer::Claimer;
 use crate::config::{KeyRule, ScopeExtractor};
+use crate::dialect::Dialect;
+use crate::drain::DrainState;
+use crate::keeper::TimerKeeper;
 use crate::key_source::KeySource;
+use crate::local::LocalClaims;
 use crate::metrics::Metrics;
 use http::HeaderName;
 use oncely_core::{Clock, Fingerprinter, KeyStore, Policy};
@@ -25,10 +30,10 @@ pub(crate) struct Config {
     pub(crate) fingerprint_headers: Vec<HeaderName>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) drain: Arc<crate::drain::DrainState>,
+    pub(crate) drain: Arc<DrainState>,
     /// Duplicates of this process's own transactional claims, waiting in the process.
-    pub(crate) local: Arc<crate::local::LocalClaims>,
+    pub(crate) local: Arc<LocalClaims>,
     /// Keeps the store timeout's timer from waking a parked worker ([`crate::keeper`]).
-    pub(crate) keeper: Arc<crate::keeper::TimerKeeper>,
-    pub(crate) dialect: Arc<dyn crate::Dialect>,
+    pub(crate) keeper: Arc<TimerKeeper>,
+    pub(crate) dialect: Arc<dyn Dialect>,
 }

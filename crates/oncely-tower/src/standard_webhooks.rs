@@ -83,11 +83,11 @@
 
 use crate::future::ResponseFuture;
 use crate::problem::problem_response;
-use crate::{Body, BoxError};
 use base64::Engine as _;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use oncely_core::response::{Body, BoxError};
 use oncely_core::{Clock, ErrorCode, Problem, Scope, SystemClock};
 use standardwebhooks::{
     HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, HEADER_WEBHOOK_TIMESTAMP, Webhook, WebhookError,
@@ -323,7 +323,7 @@ where
                 parts,
                 Body::new(Full::new(body).map_err(|never| match never {})),
             );
-            let res = crate::service::call_boxed(&mut inner, req).await?;
+            let res = crate::body::call_boxed(&mut inner, req).await?;
             Ok(res.map(|b| Body::new(b.map_err(Into::into))))
         }))
     }

@@ -84,6 +84,12 @@ impl<DB: Database> Clone for UnclaimedStore<DB> {
     }
 }
 
+impl<DB: Database> std::fmt::Debug for UnclaimedStore<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnclaimedStore").finish_non_exhaustive()
+    }
+}
+
 fn granted() -> ClaimOutcome {
     ClaimOutcome::Claimed(Claim::new(FencingToken(1), UnixMillis::MAX, ClaimKind::New))
 }

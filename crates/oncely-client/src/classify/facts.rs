@@ -96,8 +96,9 @@ pub enum Outcome<'a> {
     },
 }
 
-/// The request facts classification depends on.
+/// The request facts classification depends on; made with [`RequestFacts::new`].
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct RequestFacts<'a> {
     /// The request method.
     pub method: &'a Method,
@@ -105,7 +106,14 @@ pub struct RequestFacts<'a> {
     pub has_key: bool,
 }
 
-impl RequestFacts<'_> {
+impl<'a> RequestFacts<'a> {
+    /// The facts of a request by its `method` and whether it carries an `Idempotency-Key`
+    /// header (`has_key`).
+    #[must_use]
+    pub const fn new(method: &'a Method, has_key: bool) -> Self {
+        Self { method, has_key }
+    }
+
     /// Whether repeating the request cannot cause a second side effect: an idempotent method
     /// (RFC 9110 section 9.2.2) or an idempotency key.
     pub fn safe_to_repeat(&self) -> bool {

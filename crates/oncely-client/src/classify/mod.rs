@@ -60,11 +60,11 @@
 //!     TransportFailure, Verdict,
 //! };
 //!
-//! let keyless_post = RequestFacts { method: &Method::POST, has_key: false };
+//! let keyless_post = RequestFacts::new(&Method::POST, false);
 //! let timeout = Outcome::Transport { phase: Phase::AfterSend, failure: TransportFailure::Timeout };
 //! assert_eq!(classify(&keyless_post, &timeout, false), Verdict::OutcomeUnknown);
 //!
-//! let keyed_post = RequestFacts { method: &Method::POST, has_key: true };
+//! let keyed_post = RequestFacts::new(&Method::POST, true);
 //! assert!(matches!(classify(&keyed_post, &timeout, false), Verdict::Retry(_)));
 //!
 //! let none = HeaderMap::new();

@@ -240,7 +240,7 @@ impl OncelyRetry {
                         policy.retry_500(),
                     ),
                 },
-                Ok(Err(error)) => self.classify_error(error, &facts, &policy),
+                Ok(Err(error)) => Self::classify_error(error, &facts, &policy),
                 Ok(Ok(response)) => {
                     let status = response.status();
                     let hint = retry_after_from_headers(response.headers(), timer.system_now());
@@ -378,7 +378,6 @@ impl OncelyRetry {
 
     /// Classifies an attempt that ended in an error, by its root cause.
     fn classify_error(
-        &self,
         error: reqwest_middleware::Error,
         facts: &RequestFacts<'_>,
         policy: &RetryPolicy,

@@ -60,7 +60,7 @@ impl Tape<'_> {
                 t.c as usize
             }
             K_STR if t.flags & F_REWRITE != 0 => {
-                self.rewrite_string(&self.src[range], out);
+                Self::rewrite_string(&self.src[range], out);
                 i + 1
             }
             K_NUM if t.flags & F_SIDE != 0 => {
@@ -121,7 +121,7 @@ impl Tape<'_> {
     }
 
     /// Writes a string (with its quotes) whose escapes are not all canonical.
-    fn rewrite_string(&self, s: &[u8], out: &mut impl Sink) {
+    fn rewrite_string(s: &[u8], out: &mut impl Sink) {
         let mut seg = 0;
         let mut k = 1;
         out.byte(b'"');

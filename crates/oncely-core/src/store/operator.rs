@@ -180,6 +180,7 @@ pub fn decode_cursor(cursor: &str) -> Result<(String, String), OperatorError> {
 /// [`Operator`] names it and succeeds only while the record is still that version. Take it
 /// from the record with [`RecordVersion::of`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecordVersion {
     /// The fencing token read.
     pub token: FencingToken,

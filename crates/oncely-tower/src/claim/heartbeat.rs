@@ -1,6 +1,6 @@
 //! The lease heartbeat of one claimed request.
 
-use super::LeaseBook;
+use crate::lease::LeaseBook;
 use crate::metrics::Counter;
 use crate::settings::Config;
 use crate::store_call::timed;

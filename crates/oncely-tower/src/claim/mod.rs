@@ -19,14 +19,13 @@
 //! layer reads it, and ends what the handler left (see [`ClaimerKind`]).
 
 mod heartbeat;
-mod lease;
 
 use crate::claimer::ClaimerKind;
+use crate::lease::LeaseBook;
 use crate::local::Hold;
 use crate::settings::Config;
 use heartbeat::Heartbeat;
 use http::{HeaderMap, StatusCode};
-pub(crate) use lease::LeaseBook;
 use oncely_core::{
     ClaimKind, FencingToken, KeyStore, RecordKey, StoreError, StoredResponse, UnixMillis,
 };

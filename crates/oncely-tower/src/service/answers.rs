@@ -1,16 +1,15 @@
 //! The layer's own answers: a replay, the in-flight conflict (or its wait, or `202`), a
 //! mismatch, a record marked for a person, the store unavailable, a refused key.
 
-use super::full_body;
+use crate::body::full_body;
+use crate::dialect::code_response;
 use crate::metrics::Counter;
-use crate::problem::code_response;
 use crate::settings::Config;
 use crate::store_call::timed;
-use crate::{Body, IDEMPOTENT_REPLAYED};
 use bytes::Bytes;
 use http::Response;
 use http::header::{CONTENT_TYPE, HeaderValue};
-use oncely_core::response::replay_response;
+use oncely_core::response::{Body, IDEMPOTENT_REPLAYED, replay_response};
 use oncely_core::{
     ErrorCode, Fingerprint, InFlightBehavior, KeyError, RecordKey, RecordState, StoredResponse,
     clock::duration_millis,

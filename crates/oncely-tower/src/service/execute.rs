@@ -2,7 +2,7 @@
 //! response, releases the key, or suspends the request at its recovery point).
 
 use super::detached::Detached;
-use super::{box_bytes_body, call_boxed};
+use crate::body::{box_bytes_body, call_boxed};
 use crate::claim::ClaimState;
 use crate::claimer::ClaimerKind;
 use crate::context::{HandlerOutcome, IdempotencyContext};
@@ -11,10 +11,11 @@ use crate::metrics::Counter;
 use crate::phase::{PhaseFailed, ResponseCommitted};
 use crate::settings::Config;
 use crate::store_call::timed;
-use crate::{Body, BoxError, IDEMPOTENT_REPLAYED};
 use bytes::Bytes;
 use http::{Request, Response};
-use oncely_core::response::{capture_response, replay_response};
+use oncely_core::response::{
+    Body, BoxError, IDEMPOTENT_REPLAYED, capture_response, replay_response,
+};
 use oncely_core::{ErrorCode, Problem, StoreError};
 use std::sync::Arc;
 use tower::Service;

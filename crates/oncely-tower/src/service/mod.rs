@@ -38,21 +38,20 @@ mod detached;
 mod execute;
 mod prepare;
 
+use crate::body::{box_body, box_bytes_body, call_boxed, full_body};
 use crate::claim::ClaimState;
 use crate::drain::Drain;
 use crate::future::ResponseFuture;
 use crate::metrics::Counter;
 use crate::settings::Config;
 use crate::store_call::timed;
-use crate::{Body, BoxError};
 use answers::{in_flight, mismatch, needs_attention, replay, unavailable};
-use bytes::{Buf, Bytes};
-use http::{Request, Response, Uri};
-use http_body_util::{BodyExt, Full};
+use bytes::Bytes;
+use http::{Request, Response};
+use oncely_core::response::{Body, BoxError};
 use oncely_core::{ClaimOutcome, ClaimRequest};
 use prepare::{Keyed, Prepared, prepare};
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower::Service;
@@ -144,46 +143,6 @@ where
     }
 }
 
-fn box_body<B>(body: B) -> Body
-where
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
-    Body::new(
-        body.map_frame(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())))
-            .map_err(Into::into),
-    )
-}
-
-/// Boxes a response body whose frames are already `Bytes`: unlike [`box_body`] this keeps the
-/// body's size hint, so a response of known length is still sent with `Content-Length`
-/// (the same framing as its replay), not chunked.
-pub(super) fn box_bytes_body<B>(body: B) -> Body
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    Body::new(body.map_err(Into::into))
-}
-
-type BoxedCall<R, E> = std::pin::Pin<Box<dyn Future<Output = Result<R, E>> + Send + 'static>>;
-
-/// Calls the inner service and boxes its future as `Send`, proven here where every lifetime
-/// is known (inside an `async fn`, the compiler cannot prove `S::Future: Send` for the erased
-/// lifetimes of its state, rust-lang/rust#110338).
-pub(super) fn call_boxed<S, R>(inner: &mut S, req: R) -> BoxedCall<S::Response, S::Error>
-where
-    S: Service<R>,
-    S::Future: Send + 'static,
-{
-    Box::pin(inner.call(req))
-}
-
-pub(super) fn full_body(bytes: Bytes) -> Body {
-    Body::new(Full::new(bytes).map_err(|never| match never {}))
-}
-
 /// The `route` label: axum's matched path template (`/v1/payments/{id}`), never the raw path
 /// (one series per id would have no bound); `unknown` without one.
 #[cfg(feature = "metrics")]
@@ -194,16 +153,6 @@ fn route_label<B>(req: &Request<B>) -> Arc<str> {
     }
     let _ = req;
     Arc::from("unknown")
-}
-
-/// The URI as the client sent it: under axum, a nested router's request still carries its
-/// prefix in `OriginalUri`, and two routes must never share records by sharing a suffix.
-pub(super) fn original_uri<B>(req: &Request<B>) -> &Uri {
-    #[cfg(feature = "axum")]
-    if let Some(axum::extract::OriginalUri(uri)) = req.extensions().get() {
-        return uri;
-    }
-    req.uri()
 }
 
 async fn handle<S, B, ResBody>(

@@ -2,17 +2,17 @@
 //! the fingerprint and the stored request, or the answer that refuses it (nothing runs).
 
 use super::answers::key_refused;
-use super::{full_body, original_uri};
+use crate::body::full_body;
+use crate::dialect::code_response;
 use crate::key_source::BodyKeyError;
 use crate::metrics::Counter;
-use crate::problem::code_response;
 use crate::settings::Config;
-use crate::{Body, BoxError};
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
-use http::{Request, Response};
+use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use oncely_core::fingerprint::{FingerprintError, RequestParts};
+use oncely_core::response::{Body, BoxError};
 use oncely_core::{ErrorCode, Fingerprint, KeyError, Problem, RecordKey, StoredRequest};
 
 /// What the layer does with a request, once it has looked at it.
@@ -136,14 +136,11 @@ where
             (n.as_str(), values)
         })
         .collect();
-    let fingerprint = match config.fingerprinter.try_fingerprint(&RequestParts {
-        method: parts.method.as_str(),
-        path: uri.path(),
-        query: uri.query(),
-        content_type,
-        body: &body,
-        extra_headers: &extra,
-    }) {
+    let request_parts = RequestParts::new(parts.method.as_str(), uri.path(), &body)
+        .with_query(uri.query())
+        .with_content_type(content_type)
+        .with_extra_headers(&extra);
+    let fingerprint = match config.fingerprinter.try_fingerprint(&request_parts) {
         Ok(f) => f,
         Err(e) => {
             // Refused before any claim: a body with no canonical form could be matched with
@@ -233,4 +230,14 @@ where
             Err(config.dialect.render(&p, None))
         }
     }
+}
+
+/// The URI as the client sent it: under axum, a nested router's request still carries its
+/// prefix in `OriginalUri`, and two routes must never share records by sharing a suffix.
+fn original_uri<B>(req: &Request<B>) -> &Uri {
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::OriginalUri(uri)) = req.extensions().get() {
+        return uri;
+    }
+    req.uri()
 }
