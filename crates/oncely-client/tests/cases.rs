@@ -1,4 +1,5 @@
-//! Every client case C1-C9 of `shared/cases/client.md`, against a real local axum server.
+//! Every client failure scenario of docs/DESIGN.md, "Failure scenarios we hold to" (from "POST
+//! retried without a key" on), against a real local axum server.
 //!
 //! Real time with small delays where the server is involved; a virtual clock where a wait is
 //! too long to sleep for (C3's 120-second `Retry-After`).

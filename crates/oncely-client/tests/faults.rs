@@ -1,4 +1,4 @@
-//! Issue 15: what outside testing found, each kind of fault through a real local socket.
+//! What outside testing found, each kind of fault through a real local socket.
 //!
 //! Every test asserts the attempts made, the keys the server saw and the error kind the caller
 //! gets; where the deadline matters, elapsed time is checked as a bound with generous margins

@@ -92,14 +92,10 @@ fn the_bench_bodies_keep_their_fingerprints() {
         assert_eq!(is_canonical(&canonical), Ok(true), "{size}");
         assert_eq!(canonicalize(&canonical).unwrap(), canonical, "{size}");
         for b in [&body, &canonical] {
-            let fp = fingerprint_v1(&RequestParts {
-                method: "POST",
-                path: "/v1/orders",
-                query: None,
-                content_type: Some(b"application/json"),
-                body: b,
-                extra_headers: &[],
-            });
+            let fp = fingerprint_v1(
+                &RequestParts::new("POST", "/v1/orders", b)
+                    .with_content_type(Some(b"application/json")),
+            );
             assert_eq!(fp.to_string(), format!("v1:{want}"), "{size}");
         }
     }

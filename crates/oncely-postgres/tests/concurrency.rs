@@ -128,7 +128,7 @@ async fn serializable_isolation_conflicts_are_retried_not_surfaced() {
     one_winner_runs(&[("default_transaction_isolation", "serializable")], 3).await;
 }
 
-/// Case S2: instance A completes; instance B (fresh pool, no local state) replays byte for
+/// docs/DESIGN.md, "Replay on a cold process": instance A completes; instance B (fresh pool, no local state) replays byte for
 /// byte, and the stored fingerprint (with its version) matches the one B computes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cold_instance_replays() {

@@ -26,7 +26,7 @@ fn expect_claimed(outcome: ClaimOutcome) -> oncely_core::Claim {
     }
 }
 
-/// Case S2: POST K {"amount":100} -> 201 through one store; a second store opened cold on the
+/// docs/DESIGN.md, "Replay on a cold process": POST K {"amount":100} -> 201 through one store; a second store opened cold on the
 /// same file (no shared memory at all) replays the 201 byte for byte, with the fingerprint and
 /// its version read back from the file; a different body is still a mismatch there.
 #[tokio::test]

@@ -732,7 +732,7 @@ async fn single_phase_commits_and_replays<S: Db>() {
     assert_eq!(send(&h.router, other).await.status, 422);
 }
 
-/// Case S5 for this kind of handler: duplicates sent while the first is still in its
+/// docs/DESIGN.md, "Near-simultaneous duplicates" for this kind of handler: duplicates sent while the first is still in its
 /// transaction wait on the key it holds and replay once it commits; none runs the handler.
 async fn concurrent_duplicates_wait_then_replay<S: Db>() {
     let Some(h) = harness::<S>().await else {
@@ -817,7 +817,7 @@ async fn duplicate_of_a_rolled_back_first_executes<S: Db>() {
     assert_eq!(h.app.store.rows(&k).await, 1);
 }
 
-/// Case S8: the process dies after the commit, before the response reached the client: the
+/// docs/DESIGN.md, "Committed, then crashed": the process dies after the commit, before the response reached the client: the
 /// retry replays the committed response; nothing runs twice.
 async fn commit_then_crash_replays<S: Db>() {
     let Some(h) = harness::<S>().await else {

@@ -99,7 +99,7 @@ async fn first_request_runs_and_the_retry_replays_it_verbatim() {
 
 #[tokio::test]
 async fn same_key_different_body_is_422_and_never_the_stored_body() {
-    // Case S3.
+    // docs/DESIGN.md, "Validation skipped on one path".
     let (app, calls, _, layer) = setup();
     let body1 = r#"{"ref":"X","accounts":[{"id":"12345"}]}"#;
     let body2 = r#"{"ref":"X","accounts":[{"id":"54321"}]}"#;
@@ -124,7 +124,7 @@ async fn same_key_different_body_is_422_and_never_the_stored_body() {
 
 #[tokio::test]
 async fn reordered_and_reformatted_json_replays() {
-    // Case S4: JSON is compared canonically (RFC 8785); arrays stay order-sensitive.
+    // docs/DESIGN.md, "Serializer differences": JSON is compared canonically (RFC 8785); arrays stay order-sensitive.
     let (app, calls, _, _) = setup();
     let first = send(
         &app,
@@ -300,7 +300,7 @@ async fn a_64_bit_id_runs_replays_and_a_respelled_one_is_a_mismatch() {
 
 #[tokio::test]
 async fn same_key_in_two_scopes_runs_twice_independently() {
-    // Case S9.
+    // docs/DESIGN.md, "Keys shared across tenants".
     let (app, calls, _, _) = setup();
     let a = send(
         &app,
@@ -783,7 +783,7 @@ async fn store_policy_releases_retry_later_statuses_and_stores_5xx() {
 
 #[tokio::test]
 async fn a_failing_store_fails_closed_with_503_and_the_handler_never_runs() {
-    // Case S7.
+    // docs/DESIGN.md, "Store slow or failing".
     let calls = Arc::new(AtomicUsize::new(0));
     let layer = IdempotencyLayer::new(Arc::new(FaultStore::new(
         MemoryStore::new(),
@@ -851,7 +851,7 @@ fn streaming_routes(calls: Arc<AtomicUsize>, chunks: &'static [&'static [u8]]) -
 
 #[tokio::test]
 async fn streaming_response_over_the_cap_is_delivered_whole_then_not_retained() {
-    // Case S10: never an empty or partial body presented as the original.
+    // docs/DESIGN.md, "Streaming responses": never an empty or partial body presented as the original.
     const CHUNKS: &[&[u8]] = &[b"id,amount\n", b"1,100\n2,200\n", b"3,300\n"];
     let calls = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(MemoryStore::new());
@@ -936,7 +936,7 @@ async fn a_body_exactly_at_the_cap_is_retained() {
 
 #[tokio::test]
 async fn every_claim_outcome_is_mapped() {
-    // Case S11 is a store matter (a lost insert race is the "record exists" path); here the
+    // docs/DESIGN.md, "Unique violation surfaced as 500" is a store matter (a lost insert race is the "record exists" path); here the
     // layer's side: each outcome a store can answer becomes the right response, never a 500.
     async fn run(
         outcome: ClaimOutcome,

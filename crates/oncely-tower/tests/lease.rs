@@ -175,7 +175,7 @@ async fn sleep_until_secs(start: Instant, secs: u64) {
 
 #[tokio::test(start_paused = true)]
 async fn a_crashed_owner_is_taken_over_after_its_lease_and_resumes_at_its_recovery_point() {
-    // Case S1: the owner's process dies mid-request. Modelled as two "processes" (two layers)
+    // docs/DESIGN.md, "Crashed owner": the owner's process dies mid-request. Modelled as two "processes" (two layers)
     // sharing one store: process A's handler hangs after its checkpoint and its heartbeats
     // never reach the store (a dead process renews nothing); dropping the client's request
     // would not do it, since the layer runs a claimed handler to completion on its own task.
@@ -261,7 +261,7 @@ async fn after_the_replay_window_the_same_key_executes_again_as_new() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hanging_store_times_out_to_503_and_the_handler_never_runs() {
-    // Case S7: the store never answers; the default store timeout is 5 s.
+    // docs/DESIGN.md, "Store slow or failing": the store never answers; the default store timeout is 5 s.
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     let routes = Router::new().route(
@@ -286,7 +286,7 @@ async fn a_hanging_store_times_out_to_503_and_the_handler_never_runs() {
 
 #[tokio::test(start_paused = true)]
 async fn fifty_concurrent_requests_on_a_slow_store_run_at_most_once() {
-    // Case S7: the store answers in 200 ms. With a 5 s timeout the claim arbitrates (one
+    // docs/DESIGN.md, "Store slow or failing": the store answers in 200 ms. With a 5 s timeout the claim arbitrates (one
     // execution, the rest 409); with a 100 ms timeout nothing runs and everyone gets 503.
     for (timeout, want_calls) in [(Duration::from_secs(5), 1), (Duration::from_millis(100), 0)] {
         let calls = Arc::new(AtomicUsize::new(0));
@@ -348,7 +348,7 @@ fn slow_counting_routes(calls: Arc<AtomicUsize>, work: Duration) -> Router {
 
 #[tokio::test(start_paused = true)]
 async fn near_simultaneous_duplicates_execute_once() {
-    // Case S5: two POSTs 5 ms apart, a 300 ms handler. Reject mode: the second gets 409.
+    // docs/DESIGN.md, "Near-simultaneous duplicates": two POSTs 5 ms apart, a 300 ms handler. Reject mode: the second gets 409.
     // Wait mode: it gets the replay once the first completes.
     for wait in [false, true] {
         let calls = Arc::new(AtomicUsize::new(0));

@@ -8,47 +8,8 @@ use std::path::Path;
 /// Findings in crates that other work was reorganizing when this check landed, left to it: each
 /// line is (file, the pointer as written, cut in two by `concat!` so that this file does not say
 /// it). The test fails on a line that no longer matches, so whoever fixes one deletes its line
-/// here, and the list only shrinks. The "case S<n>" lines are the headings of docs/DESIGN.md,
-/// "Failure scenarios we hold to", in order: S1 "Crashed owner", S2 "Replay on a cold process", S3
-/// "Validation skipped on one path", S4 "Serializer differences", S5 "Near-simultaneous
-/// duplicates", S7 "Store slow or failing", S8 "Committed, then crashed", S9 "Keys shared across
-/// tenants", S10 "Streaming responses", S11 "Unique violation surfaced as 500".
-const KNOWN: &[(&str, &str)] = &[
-    ("crates/oncely-client/Cargo.toml", concat!("issue", " 15")),
-    (
-        "crates/oncely-client/tests/cases.rs",
-        concat!("shared", "/cases/client.md"),
-    ),
-    (
-        "crates/oncely-client/tests/faults.rs",
-        concat!("Issue", " 15"),
-    ),
-    (
-        "crates/oncely-postgres/tests/concurrency.rs",
-        concat!("Case", " S2"),
-    ),
-    (
-        "crates/oncely-sqlite/tests/sqlite.rs",
-        concat!("Case", " S2"),
-    ),
-    ("crates/oncely-sqlx/tests/phases.rs", concat!("Case", " S5")),
-    ("crates/oncely-sqlx/tests/phases.rs", concat!("Case", " S8")),
-    ("crates/oncely-tower/tests/layer.rs", concat!("Case", " S3")),
-    ("crates/oncely-tower/tests/layer.rs", concat!("Case", " S4")),
-    ("crates/oncely-tower/tests/layer.rs", concat!("Case", " S9")),
-    ("crates/oncely-tower/tests/layer.rs", concat!("Case", " S7")),
-    (
-        "crates/oncely-tower/tests/layer.rs",
-        concat!("Case", " S10"),
-    ),
-    (
-        "crates/oncely-tower/tests/layer.rs",
-        concat!("Case", " S11"),
-    ),
-    ("crates/oncely-tower/tests/lease.rs", concat!("Case", " S1")),
-    ("crates/oncely-tower/tests/lease.rs", concat!("Case", " S7")),
-    ("crates/oncely-tower/tests/lease.rs", concat!("Case", " S5")),
-];
+/// here, and the list only shrinks; it is empty now.
+const KNOWN: &[(&str, &str)] = &[];
 
 #[test]
 fn every_pointer_in_the_repository_leads_into_it() {
