@@ -2,7 +2,6 @@
 //! the mapping of sqlx errors onto [`StoreError`], and the bounded retry of deadlocks.
 
 use oncely_core::StoreError;
-use std::time::Duration;
 
 /// Errors particular to the MySQL store, carried inside [`StoreError::Unavailable`] (downcast
 /// the source to inspect them), as `oncely_postgres::PostgresStoreError` is for PostgreSQL.
@@ -80,56 +79,26 @@ pub(crate) fn store_number(e: &StoreError) -> Option<u16> {
     }
 }
 
-/// How many times an operation whose transaction was a deadlock's victim is run again before
-/// the error is returned as [`StoreError::Unavailable`].
-pub(crate) const MAX_DEADLOCK_RETRIES: u32 = 8;
-
-/// The pause before retry `attempt` (1-based): 1, 2, 4 ... milliseconds, capped at 50, plus up
-/// to as much again of jitter so that the transactions of a deadlock do not meet again in
-/// lockstep.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    let base = (1u64 << attempt.saturating_sub(1).min(6)).min(50);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::from(d.subsec_nanos()))
-        .unwrap_or(0);
-    Duration::from_micros(base * 1000 + nanos % (base * 1000))
+/// Whether `e` is a deadlock's victim (error 1213): InnoDB rolled the whole transaction back
+/// and asks the client to run it again.
+pub(crate) fn is_deadlock(e: &StoreError) -> bool {
+    store_number(e) == Some(DEADLOCK)
 }
 
-/// Maps a sqlx error: decoding problems are a corrupt record; everything else (connection
-/// refused or lost, pool timeout, a lock wait timeout, a deadlock) is
-/// [`StoreError::Unavailable`], which the layer answers with a retryable `503`.
-pub(crate) fn map(e: sqlx::Error) -> StoreError {
-    match e {
-        sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. } => StoreError::Corrupt(e.to_string()),
-        other => StoreError::unavailable(other),
-    }
-}
+/// Maps a sqlx error (`oncely_sql::map_sqlx`): decoding problems are a corrupt record;
+/// everything else (connection refused or lost, pool timeout, a lock wait timeout, a deadlock)
+/// is [`StoreError::Unavailable`], which the layer answers with a retryable `503`.
+pub(crate) use oncely_sql::map_sqlx as map;
 
 /// Runs `$op` (an expression yielding `Result<_, StoreError>`, usually ending in `.await`, that
 /// runs one whole transaction or one autocommit statement) again after a short backoff while
-/// it fails as a deadlock's victim, at most [`MAX_DEADLOCK_RETRIES`] times. A deadlock rolls the
-/// whole transaction back, so running it again from its start is what the server asks for.
+/// it fails as a deadlock's victim ([`is_deadlock`]), at most 8 times
+/// (`oncely_sql::retry_while!`). A deadlock rolls the whole transaction back, so running it
+/// again from its start is what the server asks for.
 macro_rules! retry_deadlocks {
-    ($op:expr) => {{
-        let mut attempt: u32 = 0;
-        loop {
-            match $op {
-                Err(e)
-                    if $crate::error::store_number(&e) == Some($crate::error::DEADLOCK)
-                        && attempt < $crate::error::MAX_DEADLOCK_RETRIES =>
-                {
-                    attempt += 1;
-                    tracing::debug!(attempt, error = %e, "retrying a deadlock's victim");
-                    tokio::time::sleep($crate::error::backoff(attempt)).await;
-                }
-                other => break other,
-            }
-        }
-    }};
+    ($op:expr) => {
+        oncely_sql::retry_while!($crate::error::is_deadlock, $op)
+    };
 }
 pub(crate) use retry_deadlocks;
 
@@ -161,14 +130,5 @@ mod tests {
             "key store unavailable: the scope is 2000 bytes long; the MySQL store keeps scopes of at most 1024 bytes"
         );
         assert_eq!(store_number(&e), None);
-    }
-
-    #[test]
-    fn the_backoff_stays_within_its_bounds() {
-        for attempt in 1..20 {
-            let b = backoff(attempt);
-            assert!(b >= Duration::from_millis(1), "{attempt}: {b:?}");
-            assert!(b < Duration::from_millis(100), "{attempt}: {b:?}");
-        }
     }
 }

@@ -1,19 +1,22 @@
 //! [`MySqlStore`]: connecting, migrating, and the pool-level [`KeyStore`] and [`Maintenance`]
 //! operations, each the in-transaction operation of `within.rs` on a connection of the pool.
 
-use crate::error::{MySqlStoreError, map, retry_deadlocks};
+use crate::error::{MySqlStoreError, is_deadlock, map, retry_deadlocks};
 use crate::row::{record_from_row, redrives_from_row};
 use crate::sql;
 use async_trait::async_trait;
 use oncely_core::clock::duration_millis;
 use oncely_core::{
-    ClaimOutcome, ClaimRequest, Clock, FencingToken, KeyStore, Maintenance, ReapReport, Record,
-    RecordKey, RedriveNote, Redrives, StoreError, StoredResponse, SystemClock, UnixMillis,
+    ClaimOutcome, ClaimRequest, Clock, FencingToken, Maintenance, ReapReport, Record, RecordKey,
+    RedriveNote, Redrives, StoreError, SystemClock, UnixMillis,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{Connection, Executor, MySql, Row};
 use std::sync::Arc;
 use std::time::Duration;
+
+#[cfg(doc)]
+use oncely_core::KeyStore;
 
 /// A [`KeyStore`] on MySQL 8 or MariaDB 10.6+ (InnoDB), shared by any number of server
 /// instances.
@@ -270,6 +273,16 @@ impl MySqlStore {
         ran.map_err(|e| MySqlStoreError::Migrate(e).into())
     }
 
+    /// The pooled claim: begin, [`MySqlStore::claim_in`]'s rounds, commit (see
+    /// [`MySqlStore::claim_tx`]).
+    async fn claim_pooled(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let (outcome, tx) = self.claim_tx(&req).await?;
+        if let Some(tx) = tx {
+            tx.commit().await.map_err(map)?;
+        }
+        Ok(outcome)
+    }
+
     async fn fetch(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
         let row = sqlx::query(sql::SELECT_RECORD)
             .bind(id.scope.as_str().as_bytes())
@@ -367,68 +380,15 @@ impl MySqlStore {
     }
 }
 
-#[async_trait]
-impl KeyStore for MySqlStore {
-    /// Begin; [`MySqlStore::claim_in`]; commit (see [`MySqlStore::claim_tx`]).
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        let (outcome, tx) = self.claim_tx(&req).await?;
-        if let Some(tx) = tx {
-            tx.commit().await.map_err(map)?;
-        }
-        Ok(outcome)
-    }
-
-    async fn renew(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        if self.pool.is_closed() {
-            // The store was closed: renewals end with it.
-            return Err(map(sqlx::Error::PoolClosed));
-        }
-        let mut conn = self.lease_pool().acquire().await.map_err(map)?;
-        retry_deadlocks!(self.renew_in(&mut conn, id, token, lease).await)
-    }
-
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        recovery_point: &str,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        retry_deadlocks!(
-            self.checkpoint_in(&mut conn, id, token, recovery_point, lease, None)
-                .await
-        )
-    }
-
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        response: StoredResponse,
-        retention: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        retry_deadlocks!(
-            self.complete_in(&mut conn, id, token, &response, retention)
-                .await
-        )
-    }
-
-    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        retry_deadlocks!(self.release_in(&mut conn, id, token).await)
-    }
-
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.fetch(id).await
-    }
-}
+// Begin; [`MySqlStore::claim_in`]; commit (see [`MySqlStore::claim_tx`]) for the claim;
+// every other write its in-transaction operation (`within.rs`) on a pooled connection, one
+// statement in autocommit (renewals on the lease pool), run again after a deadlock.
+oncely_sql::pooled_key_store!(
+    MySqlStore,
+    retry_if: is_deadlock,
+    claim: Self::claim_pooled,
+    get: Self::fetch,
+);
 
 #[async_trait]
 impl Maintenance for MySqlStore {

@@ -15,6 +15,7 @@ use crate::error::{
 use crate::row::record_from_row;
 use crate::sql;
 use crate::store::MySqlStore;
+use oncely_sql::fenced_unless_written;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
@@ -42,11 +43,7 @@ async fn owner_write(
         .execute(conn)
         .await
         .map_err(map)?;
-    if result.rows_affected() == 0 {
-        Err(StoreError::Fenced)
-    } else {
-        Ok(())
-    }
+    fenced_unless_written(result.rows_affected())
 }
 
 impl MySqlStore {

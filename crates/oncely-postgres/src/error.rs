@@ -2,7 +2,6 @@
 //! and the bounded retry of transient conflicts.
 
 use oncely_core::StoreError;
-use std::time::Duration;
 
 /// Errors particular to the PostgreSQL store, carried inside [`StoreError::Unavailable`]
 /// (downcast the source to inspect them), as `oncely_sqlite::SqliteStoreError` is for SQLite.
@@ -41,10 +40,6 @@ impl From<PostgresStoreError> for StoreError {
     }
 }
 
-/// How many times a statement that failed with a serialization failure (`40001`) or a deadlock
-/// (`40P01`) is retried before the error is returned as [`StoreError::Unavailable`].
-pub(crate) const MAX_TRANSIENT_RETRIES: u32 = 8;
-
 /// `40001 serialization_failure` or `40P01 deadlock_detected`: the database rolled the
 /// statement back and asks the client to run it again. Under PostgreSQL's default `READ
 /// COMMITTED` the store's single-statement operations do not produce them; under `SERIALIZABLE`
@@ -60,51 +55,19 @@ pub(crate) fn is_transient(e: &StoreError) -> bool {
     }
 }
 
-/// The pause before retry `attempt` (1-based): 1, 2, 4 ... milliseconds, capped at 50, plus up
-/// to as much again of jitter so that conflicting clients do not retry in lockstep.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    let base = 1u64 << attempt.saturating_sub(1).min(6);
-    let base = base.min(50);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::from(d.subsec_nanos()))
-        .unwrap_or(0);
-    Duration::from_micros(base * 1000 + nanos % (base * 1000))
-}
-
-/// Maps a sqlx error: decoding problems are a corrupt record; everything else (connection
-/// refused or lost, pool timeout, lock timeout `55P03`, statement timeout, exhausted retries)
-/// is [`StoreError::Unavailable`], which the layer answers with a retryable `503`.
-pub(crate) fn map(e: sqlx::Error) -> StoreError {
-    match e {
-        sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. } => StoreError::Corrupt(e.to_string()),
-        other => StoreError::unavailable(other),
-    }
-}
+/// Maps a sqlx error (`oncely_sql::map_sqlx`): decoding problems are a corrupt record;
+/// everything else (connection refused or lost, pool timeout, lock timeout `55P03`, statement
+/// timeout, exhausted retries) is [`StoreError::Unavailable`], which the layer answers with a
+/// retryable `503`.
+pub(crate) use oncely_sql::map_sqlx as map;
 
 /// Runs `$op` (an expression yielding `Result<_, StoreError>`, usually ending in `.await`)
-/// again after a short backoff while it fails with a transient conflict, at most
-/// [`MAX_TRANSIENT_RETRIES`] times.
+/// again after a short backoff while it fails with a transient conflict ([`is_transient`]), at
+/// most 8 times (`oncely_sql::retry_while!`).
 macro_rules! retry_transient {
-    ($op:expr) => {{
-        let mut attempt: u32 = 0;
-        loop {
-            match $op {
-                Err(e)
-                    if $crate::error::is_transient(&e)
-                        && attempt < $crate::error::MAX_TRANSIENT_RETRIES =>
-                {
-                    attempt += 1;
-                    tracing::debug!(attempt, error = %e, "retrying after a transient conflict");
-                    tokio::time::sleep($crate::error::backoff(attempt)).await;
-                }
-                other => break other,
-            }
-        }
-    }};
+    ($op:expr) => {
+        oncely_sql::retry_while!($crate::error::is_transient, $op)
+    };
 }
 pub(crate) use retry_transient;
 

@@ -13,23 +13,15 @@
 //! transaction again. The pooled operations retry it themselves.
 
 use crate::error::map;
+use oncely_sql::fenced_unless_written;
 use crate::row::record_from_row;
 use crate::sql;
 use crate::store::PostgresStore;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{FencingToken, Record, RecordKey, StoreError, StoredResponse, UnixMillis};
-use sqlx::postgres::{PgConnection, PgExecutor, PgQueryResult};
+use sqlx::postgres::{PgConnection, PgExecutor};
 use std::time::Duration;
-
-/// 0 rows affected by an owner write means the token is stale or the record left `in_flight`.
-fn fenced_unless_written(result: PgQueryResult) -> Result<(), StoreError> {
-    if result.rows_affected() == 0 {
-        Err(StoreError::Fenced)
-    } else {
-        Ok(())
-    }
-}
 
 /// Reads one record with a plain MVCC `SELECT` (it never waits for a lock), on the pool or on
 /// the caller's connection.
@@ -95,7 +87,7 @@ impl PostgresStore {
             .execute(conn)
             .await
             .map_err(map)?;
-        fenced_unless_written(result).map(|()| until)
+        fenced_unless_written(result.rows_affected()).map(|()| until)
     }
 
     /// Records `recovery_point` on `conn` and renews the lease to now plus `lease`, if the
@@ -135,7 +127,7 @@ impl PostgresStore {
             q = q.bind(request);
         }
         let result = q.execute(conn).await.map_err(map)?;
-        fenced_unless_written(result)
+        fenced_unless_written(result.rows_affected())
     }
 
     /// Stores the final response on `conn` (state complete, kept for `retention` from now), if
@@ -167,7 +159,7 @@ impl PostgresStore {
             .execute(conn)
             .await
             .map_err(map)?;
-        fenced_unless_written(result)
+        fenced_unless_written(result.rows_affected())
     }
 
     /// [`complete_in`](Self::complete_in) and the `COMMIT` of the transaction on `conn`, in one
@@ -253,7 +245,7 @@ impl PostgresStore {
             .execute(conn)
             .await
             .map_err(map)?;
-        fenced_unless_written(result)
+        fenced_unless_written(result.rows_affected())
     }
 }
 

@@ -13,6 +13,7 @@ use crate::error::map_sqlx;
 use crate::row::decode_record;
 use crate::sql;
 use crate::store::{MAX_CONNECTIONS, SqliteStore};
+use oncely_sql::fenced_unless_written;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
@@ -27,14 +28,6 @@ use std::time::Duration;
 /// How many rounds [`SqliteStore::claim_in`] makes (inside `BEGIN IMMEDIATE` one always
 /// suffices; the bound only guards the loop).
 const MAX_ROUNDS: usize = 8;
-
-fn fenced_unless_one(rows: u64) -> Result<(), StoreError> {
-    if rows == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::Fenced)
-    }
-}
 
 /// How long a claim may wait for SQLite's write lock before [`SqliteStore::claim_tx`] renews
 /// the lease it computed before the wait (100 milliseconds).
@@ -392,7 +385,7 @@ impl SqliteStore {
             .await
             .map_err(map_sqlx)?
             .rows_affected();
-        fenced_unless_one(rows).map(|()| until)
+        fenced_unless_written(rows).map(|()| until)
     }
 
     /// Records `recovery_point` on `conn` and renews the lease to now plus `lease`, if the
@@ -454,7 +447,7 @@ impl SqliteStore {
         if in_phase || request.is_some() {
             query = query.bind(request);
         }
-        fenced_unless_one(changed(conn, query, in_phase).await?)
+        fenced_unless_written(changed(conn, query, in_phase).await?)
     }
 
     /// Stores the final response on `conn` (state complete, kept for `retention` from now), if
@@ -504,7 +497,7 @@ impl SqliteStore {
             .bind(id.scope.as_str())
             .bind(id.key.as_str())
             .bind(token.0);
-        fenced_unless_one(changed(conn, query, in_phase).await?)
+        fenced_unless_written(changed(conn, query, in_phase).await?)
     }
 
     /// Releases the claim on `conn` (the key behaves as absent again), if the record is still
@@ -527,7 +520,7 @@ impl SqliteStore {
             .await
             .map_err(map_sqlx)?
             .rows_affected();
-        fenced_unless_one(rows)
+        fenced_unless_written(rows)
     }
 }
 
