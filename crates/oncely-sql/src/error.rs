@@ -118,7 +118,7 @@ mod tests {
         assert!(fenced_unless_written(1).is_ok());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn the_retry_runs_again_while_the_error_is_retryable_and_at_most_max_retries_times() {
         let retryable = |e: &StoreError| matches!(e, StoreError::Fenced);
         let mut runs = 0u32;
