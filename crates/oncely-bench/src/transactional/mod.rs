@@ -22,8 +22,9 @@
 //!
 //! The module by concept: this file has the two enums, [`Bench`] and its driver
 //! ([`Bench::drive`], [`Bench::verify`]); `endpoint.rs` what every variant's handler shares (the
-//! order, the answer, the scope middleware); `postgres.rs`, `mysql.rs` and `sqlite.rs` each
-//! database's tables, baseline, floor and layer handlers and its [`Bench`] constructor;
+//! order, the answer, the scope middleware); `handlers.rs` the baseline's, floor's and layer's
+//! handlers, written once over each database's statements; `postgres.rs`, `mysql.rs` and
+//! `sqlite.rs` each database's tables, those statements and its [`Bench`] constructor;
 //! `tables.rs` the tables between runs ([`Bench::settle`], [`Bench::populate`],
 //! [`Bench::cleanup`]); `count.rs` the statement counter.
 
@@ -39,6 +40,7 @@ use tower::ServiceExt;
 
 pub mod count;
 mod endpoint;
+mod handlers;
 mod mysql;
 mod postgres;
 mod sqlite;

@@ -1,21 +1,15 @@
-//! MySQL / MariaDB: the `bench_orders` table, the baseline's, floor's and layer's handlers,
+//! MySQL / MariaDB: the `bench_orders` table, the statements of the handlers (`handlers.rs`),
 //! and [`Bench::mysql`].
 
-use super::endpoint::{
-    DbError, created, floor_reply, floor_response, items_of, key_of, now_ms, order_id, order_of,
-    with_scope,
-};
-use super::{Bench, Db, LEASE_MS, PATH, Pool, RETENTION_MS, SCOPE};
+use super::endpoint::with_scope;
+use super::handlers::{FloorClaim, FloorCompletion, Orders, baseline, floor, layer};
+use super::{Bench, Db, PATH, Pool, SCOPE};
 use axum::Router;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use oncely_core::Policy;
 use oncely_mysql::MySqlStore;
-use oncely_sqlx::{Tx, TxError};
-use sha2::{Digest, Sha256};
-use sqlx::MySqlPool;
+use sqlx::mysql::MySqlConnection;
+use sqlx::{MySql, MySqlPool, Transaction};
 
 /// The orders table on MySQL: the scope and key as bytes, as the store keeps them
 /// (`VARBINARY`, so that the clean-up's join compares like with like), the index inside the
@@ -45,97 +39,67 @@ const MY_FLOOR_COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'com
      response_body = ?, response_body_retained = TRUE, expires_at = ? \
      WHERE scope = ? AND `key` = ? AND token = ? AND state = 'in_flight'";
 
-async fn my_baseline(
-    State(pool): State<MySqlPool>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<Response, DbError> {
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let id = order_id();
-    let mut tx = pool.begin().await?;
-    sqlx::query(MY_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE.as_bytes())
-        .bind(key_of(&headers).into_bytes())
-        .bind(items_of(&order))
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(created(&id, &order).into_response())
-}
-
-/// The floor on MySQL: sqlx's plain `BEGIN` (the store's pool gives every connection the
-/// 4-second `innodb_lock_wait_timeout` when it connects, so a hand-written handler needs no
-/// statement of its own for the bound; the layer sends it in its `BEGIN` message, with its
-/// savepoint, at no extra round trip), the claim ([`MY_FLOOR_CLAIM`]), the order, the
-/// completing `UPDATE`, `COMMIT`.
-async fn my_floor(
-    State(pool): State<MySqlPool>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<Response, DbError> {
-    let key = key_of(&headers);
-    let digest = Sha256::digest(&body);
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let now = now_ms();
-    let mut tx = pool.begin().await?;
-    let claimed = sqlx::query(MY_FLOOR_CLAIM)
-        .bind(SCOPE.as_bytes())
-        .bind(key.as_bytes())
-        .bind(&digest[..])
-        .bind(now + LEASE_MS)
-        .bind(now)
-        .bind(now + RETENTION_MS)
-        .execute(&mut *tx)
-        .await?;
-    if claimed.last_insert_id() != 0 {
-        // A duplicate: the floor measures first executions only (every key is fresh).
-        return Ok(StatusCode::CONFLICT.into_response());
+impl Orders for MySqlStore {
+    /// The baseline's and the floor's (`handlers::floor`) `BEGIN`: sqlx's plain one (the
+    /// store's pool gives every connection the 4-second `innodb_lock_wait_timeout` when it
+    /// connects, so a hand-written handler needs no statement of its own for the bound; the
+    /// layer sends it in its `BEGIN` message, with its savepoint, at no extra round trip); then
+    /// the claim ([`MY_FLOOR_CLAIM`]), the order, the completing `UPDATE`, `COMMIT`.
+    async fn begin(pool: &MySqlPool) -> Result<Transaction<'static, MySql>, sqlx::Error> {
+        pool.begin().await
     }
-    let id = order_id();
-    sqlx::query(MY_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE.as_bytes())
-        .bind(key.as_bytes())
-        .bind(items_of(&order))
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    let (stored_headers, body) = floor_response(&id, &order);
-    sqlx::query(MY_FLOOR_COMPLETE)
-        .bind(now_ms())
-        .bind(&stored_headers)
-        .bind(&body)
-        .bind(now + RETENTION_MS)
-        .bind(SCOPE.as_bytes())
-        .bind(key.as_bytes())
-        .bind(1_i64)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(floor_reply(body))
-}
 
-async fn my_layer(mut tx: Tx<MySqlStore>, body: axum::body::Bytes) -> Result<Response, TxError> {
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let id = order_id();
-    let key = tx.id().key.as_str().as_bytes().to_vec();
-    sqlx::query(MY_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE.as_bytes())
-        .bind(key)
-        .bind(items_of(&order))
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit(created(&id, &order)).await
+    async fn insert_order(
+        conn: &mut MySqlConnection,
+        id: &str,
+        key: &str,
+        items: String,
+        created_at: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(MY_INSERT_ORDER)
+            .bind(id)
+            .bind(SCOPE.as_bytes())
+            .bind(key.as_bytes())
+            .bind(items)
+            .bind(created_at)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+
+    async fn floor_claim(
+        conn: &mut MySqlConnection,
+        c: FloorClaim<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        let claimed = sqlx::query(MY_FLOOR_CLAIM)
+            .bind(SCOPE.as_bytes())
+            .bind(c.key.as_bytes())
+            .bind(c.digest)
+            .bind(c.lease_expires_at)
+            .bind(c.now)
+            .bind(c.expires_at)
+            .execute(conn)
+            .await?;
+        // 0 for an insert; a duplicate reports its token.
+        Ok(claimed.last_insert_id() == 0)
+    }
+
+    async fn floor_complete(
+        conn: &mut MySqlConnection,
+        c: FloorCompletion<'_>,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(MY_FLOOR_COMPLETE)
+            .bind(c.completed_at)
+            .bind(c.headers)
+            .bind(c.body)
+            .bind(c.expires_at)
+            .bind(SCOPE.as_bytes())
+            .bind(c.key.as_bytes())
+            .bind(1_i64)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
 }
 
 impl Bench {
@@ -167,13 +131,13 @@ impl Bench {
             pool: Pool::My(pool.clone()),
             baseline: with_scope(
                 Router::new()
-                    .route(PATH, post(my_baseline))
+                    .route(PATH, post(baseline::<MySqlStore>))
                     .with_state(pool.clone()),
             ),
-            floor: with_scope(Router::new().route(PATH, post(my_floor)).with_state(pool)),
+            floor: with_scope(Router::new().route(PATH, post(floor::<MySqlStore>)).with_state(pool)),
             layer: with_scope(
                 Router::new()
-                    .route(PATH, post(my_layer))
+                    .route(PATH, post(layer::<MySqlStore>))
                     .layer(oncely_sqlx::layer(store, Policy::default())),
             ),
             _dir: None,

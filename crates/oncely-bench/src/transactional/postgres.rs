@@ -1,21 +1,15 @@
-//! PostgreSQL: the `bench_orders` table, the baseline's, floor's and layer's handlers, and
+//! PostgreSQL: the `bench_orders` table, the statements of the handlers (`handlers.rs`), and
 //! [`Bench::postgres`] (directly, or through the latency proxy).
 
-use super::endpoint::{
-    DbError, created, floor_reply, floor_response, items_of, key_of, now_ms, order_id, order_of,
-    with_scope,
-};
-use super::{Bench, Db, LEASE_MS, PATH, Pool, RETENTION_MS, SCOPE};
+use super::endpoint::with_scope;
+use super::handlers::{FloorClaim, FloorCompletion, Orders, baseline, floor, layer};
+use super::{Bench, Db, PATH, Pool, SCOPE};
 use axum::Router;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use oncely_core::Policy;
 use oncely_postgres::PostgresStore;
-use oncely_sqlx::{Tx, TxError};
-use sha2::{Digest, Sha256};
-use sqlx::PgPool;
+use sqlx::postgres::PgConnection;
+use sqlx::{PgPool, Postgres, Transaction};
 use std::time::Duration;
 
 const PG_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bench_orders (
@@ -34,92 +28,58 @@ const PG_FLOOR_COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'com
      response_body = $6, response_body_retained = TRUE, expires_at = $7 \
      WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'";
 
-async fn pg_baseline(
-    State(pool): State<PgPool>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<Response, DbError> {
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let id = order_id();
-    let mut tx = pool.begin().await?;
-    sqlx::query(PG_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE)
-        .bind(key_of(&headers))
-        .bind(items_of(&order))
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(created(&id, &order).into_response())
-}
-
-async fn pg_floor(
-    State(pool): State<PgPool>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<Response, DbError> {
-    let key = key_of(&headers);
-    let digest = Sha256::digest(&body);
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let now = now_ms();
-    let mut tx = pool.begin().await?;
-    let claimed: Option<(i64,)> = sqlx::query_as(PG_FLOOR_CLAIM)
-        .bind(SCOPE)
-        .bind(&key)
-        .bind(&digest[..])
-        .bind(now + LEASE_MS)
-        .bind(now)
-        .bind(now + RETENTION_MS)
-        .fetch_optional(&mut *tx)
-        .await?;
-    if claimed.is_none() {
-        // The floor measures first executions only (every key is fresh).
-        return Ok(StatusCode::CONFLICT.into_response());
+impl Orders for PostgresStore {
+    async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        pool.begin().await
     }
-    let id = order_id();
-    sqlx::query(PG_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE)
-        .bind(&key)
-        .bind(items_of(&order))
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    let (stored_headers, body) = floor_response(&id, &order);
-    sqlx::query(PG_FLOOR_COMPLETE)
-        .bind(SCOPE)
-        .bind(&key)
-        .bind(1_i64)
-        .bind(now_ms())
-        .bind(&stored_headers)
-        .bind(&body)
-        .bind(now + RETENTION_MS)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(floor_reply(body))
-}
 
-async fn pg_layer(mut tx: Tx<PostgresStore>, body: axum::body::Bytes) -> Result<Response, TxError> {
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let id = order_id();
-    let key = tx.id().key.as_str().to_owned();
-    sqlx::query(PG_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE)
-        .bind(key)
-        .bind(items_of(&order))
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit(created(&id, &order)).await
+    async fn insert_order(
+        conn: &mut PgConnection,
+        id: &str,
+        key: &str,
+        items: String,
+        created_at: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(PG_INSERT_ORDER)
+            .bind(id)
+            .bind(SCOPE)
+            .bind(key)
+            .bind(items)
+            .bind(created_at)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+
+    async fn floor_claim(conn: &mut PgConnection, c: FloorClaim<'_>) -> Result<bool, sqlx::Error> {
+        let claimed: Option<(i64,)> = sqlx::query_as(PG_FLOOR_CLAIM)
+            .bind(SCOPE)
+            .bind(c.key)
+            .bind(c.digest)
+            .bind(c.lease_expires_at)
+            .bind(c.now)
+            .bind(c.expires_at)
+            .fetch_optional(conn)
+            .await?;
+        Ok(claimed.is_some())
+    }
+
+    async fn floor_complete(
+        conn: &mut PgConnection,
+        c: FloorCompletion<'_>,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(PG_FLOOR_COMPLETE)
+            .bind(SCOPE)
+            .bind(c.key)
+            .bind(1_i64)
+            .bind(c.completed_at)
+            .bind(c.headers)
+            .bind(c.body)
+            .bind(c.expires_at)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
 }
 
 impl Bench {
@@ -177,13 +137,13 @@ impl Bench {
             pool: Pool::Pg(pool.clone()),
             baseline: with_scope(
                 Router::new()
-                    .route(PATH, post(pg_baseline))
+                    .route(PATH, post(baseline::<PostgresStore>))
                     .with_state(pool.clone()),
             ),
-            floor: with_scope(Router::new().route(PATH, post(pg_floor)).with_state(pool)),
+            floor: with_scope(Router::new().route(PATH, post(floor::<PostgresStore>)).with_state(pool)),
             layer: with_scope(
                 Router::new()
-                    .route(PATH, post(pg_layer))
+                    .route(PATH, post(layer::<PostgresStore>))
                     .layer(oncely_sqlx::layer(store, Policy::default())),
             ),
             proxy,

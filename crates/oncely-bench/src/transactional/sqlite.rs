@@ -1,21 +1,16 @@
-//! SQLite: the `bench_orders` table, the baseline's, floor's and layer's handlers (each in a
-//! `BEGIN IMMEDIATE` transaction, as the layer's), and [`Bench::sqlite`].
+//! SQLite: the `bench_orders` table, the statements of the handlers (`handlers.rs`; the
+//! baseline's and floor's in a `BEGIN IMMEDIATE` transaction, as the layer's), and
+//! [`Bench::sqlite`].
 
-use super::endpoint::{
-    DbError, created, floor_reply, floor_response, items_of, key_of, now_ms, order_id, order_of,
-    with_scope,
-};
-use super::{Bench, Db, LEASE_MS, PATH, Pool, RETENTION_MS, SCOPE};
+use super::endpoint::with_scope;
+use super::handlers::{FloorClaim, FloorCompletion, Orders, baseline, floor, layer};
+use super::{Bench, Db, PATH, Pool, SCOPE};
 use axum::Router;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use oncely_core::Policy;
 use oncely_sqlite::SqliteStore;
-use oncely_sqlx::{Tx, TxError};
-use sha2::{Digest, Sha256};
-use sqlx::SqlitePool;
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{Sqlite, SqlitePool, Transaction};
 
 const LITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bench_orders (
     id TEXT PRIMARY KEY, scope TEXT NOT NULL, idempotency_key TEXT NOT NULL,
@@ -35,91 +30,61 @@ const LITE_FLOOR_COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'c
 /// (`SqliteStore::begin_tx`), so that all three queue for SQLite's write lock the same way.
 const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
 
-async fn lite_baseline(
-    State(pool): State<SqlitePool>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<Response, DbError> {
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let id = order_id();
-    let mut tx = pool.begin_with(BEGIN_IMMEDIATE).await?;
-    sqlx::query(LITE_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE)
-        .bind(key_of(&headers))
-        .bind(items_of(&order))
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(created(&id, &order).into_response())
-}
-
-async fn lite_floor(
-    State(pool): State<SqlitePool>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<Response, DbError> {
-    let key = key_of(&headers);
-    let digest = Sha256::digest(&body);
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let now = now_ms();
-    let mut tx = pool.begin_with(BEGIN_IMMEDIATE).await?;
-    let claimed: Option<(i64,)> = sqlx::query_as(LITE_FLOOR_CLAIM)
-        .bind(SCOPE)
-        .bind(&key)
-        .bind(&digest[..])
-        .bind(now + LEASE_MS)
-        .bind(now)
-        .bind(now + RETENTION_MS)
-        .fetch_optional(&mut *tx)
-        .await?;
-    if claimed.is_none() {
-        return Ok(StatusCode::CONFLICT.into_response());
+impl Orders for SqliteStore {
+    async fn begin(pool: &SqlitePool) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        pool.begin_with(BEGIN_IMMEDIATE).await
     }
-    let id = order_id();
-    sqlx::query(LITE_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE)
-        .bind(&key)
-        .bind(items_of(&order))
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    let (stored_headers, body) = floor_response(&id, &order);
-    sqlx::query(LITE_FLOOR_COMPLETE)
-        .bind(SCOPE)
-        .bind(&key)
-        .bind(1_i64)
-        .bind(now_ms())
-        .bind(&stored_headers)
-        .bind(&body)
-        .bind(now + RETENTION_MS)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(floor_reply(body))
-}
 
-async fn lite_layer(mut tx: Tx<SqliteStore>, body: axum::body::Bytes) -> Result<Response, TxError> {
-    let Some(order) = order_of(&body) else {
-        return Ok(StatusCode::BAD_REQUEST.into_response());
-    };
-    let id = order_id();
-    let key = tx.id().key.as_str().to_owned();
-    sqlx::query(LITE_INSERT_ORDER)
-        .bind(&id)
-        .bind(SCOPE)
-        .bind(key)
-        .bind(items_of(&order))
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit(created(&id, &order)).await
+    async fn insert_order(
+        conn: &mut SqliteConnection,
+        id: &str,
+        key: &str,
+        items: String,
+        created_at: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(LITE_INSERT_ORDER)
+            .bind(id)
+            .bind(SCOPE)
+            .bind(key)
+            .bind(items)
+            .bind(created_at)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+
+    async fn floor_claim(
+        conn: &mut SqliteConnection,
+        c: FloorClaim<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        let claimed: Option<(i64,)> = sqlx::query_as(LITE_FLOOR_CLAIM)
+            .bind(SCOPE)
+            .bind(c.key)
+            .bind(c.digest)
+            .bind(c.lease_expires_at)
+            .bind(c.now)
+            .bind(c.expires_at)
+            .fetch_optional(conn)
+            .await?;
+        Ok(claimed.is_some())
+    }
+
+    async fn floor_complete(
+        conn: &mut SqliteConnection,
+        c: FloorCompletion<'_>,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(LITE_FLOOR_COMPLETE)
+            .bind(SCOPE)
+            .bind(c.key)
+            .bind(1_i64)
+            .bind(c.completed_at)
+            .bind(c.headers)
+            .bind(c.body)
+            .bind(c.expires_at)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
 }
 
 impl Bench {
@@ -150,13 +115,13 @@ impl Bench {
             pool: Pool::Lite(pool.clone()),
             baseline: with_scope(
                 Router::new()
-                    .route(PATH, post(lite_baseline))
+                    .route(PATH, post(baseline::<SqliteStore>))
                     .with_state(pool.clone()),
             ),
-            floor: with_scope(Router::new().route(PATH, post(lite_floor)).with_state(pool)),
+            floor: with_scope(Router::new().route(PATH, post(floor::<SqliteStore>)).with_state(pool)),
             layer: with_scope(
                 Router::new()
-                    .route(PATH, post(lite_layer))
+                    .route(PATH, post(layer::<SqliteStore>))
                     .layer(oncely_sqlx::layer(store, Policy::default())),
             ),
             proxy: None,
