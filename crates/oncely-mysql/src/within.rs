@@ -15,13 +15,13 @@ use crate::error::{
 use crate::row::record_from_row;
 use crate::sql;
 use crate::store::MySqlStore;
-use oncely_sql::fenced_unless_written;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, RecordState,
     StoreError, StoredRequest, StoredResponse, UnixMillis, decide,
 };
+use oncely_sql::fenced_unless_written;
 use sqlx::mysql::{MySqlArguments, MySqlConnection};
 use sqlx::query::Query;
 use sqlx::{MySql, Row, Transaction};

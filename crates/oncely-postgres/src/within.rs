@@ -13,13 +13,13 @@
 //! transaction again. The pooled operations retry it themselves.
 
 use crate::error::map;
-use oncely_sql::fenced_unless_written;
 use crate::row::record_from_row;
 use crate::sql;
 use crate::store::PostgresStore;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{FencingToken, Record, RecordKey, StoreError, StoredResponse, UnixMillis};
+use oncely_sql::fenced_unless_written;
 use sqlx::postgres::{PgConnection, PgExecutor};
 use std::time::Duration;
 

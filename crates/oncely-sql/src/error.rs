@@ -101,7 +101,10 @@ mod tests {
     #[test]
     fn decoding_errors_are_corrupt_and_the_rest_unavailable() {
         let e = map_sqlx(sqlx::Error::ColumnNotFound("state".into()));
-        assert!(matches!(e, StoreError::Corrupt(ref what) if what.contains("state")), "{e:?}");
+        assert!(
+            matches!(e, StoreError::Corrupt(ref what) if what.contains("state")),
+            "{e:?}"
+        );
         let e = map_sqlx(sqlx::Error::PoolTimedOut);
         let StoreError::Unavailable(source) = &e else {
             panic!("expected Unavailable, got {e:?}")
@@ -132,7 +135,11 @@ mod tests {
         let mut runs = 0u32;
         let out: Result<u32, StoreError> = retry_while!(retryable, {
             runs += 1;
-            if runs < 3 { Err(StoreError::Fenced) } else { Ok(runs) }
+            if runs < 3 {
+                Err(StoreError::Fenced)
+            } else {
+                Ok(runs)
+            }
         });
         assert_eq!(out.ok(), Some(3));
 

@@ -56,19 +56,14 @@ macro_rules! pooled_key_store {
             > {
                 if self.pool().is_closed() {
                     // The store was closed: renewals end with it.
-                    return Err($crate::map_sqlx(
-                        $crate::__private::sqlx::Error::PoolClosed,
-                    ));
+                    return Err($crate::map_sqlx($crate::__private::sqlx::Error::PoolClosed));
                 }
                 let mut conn = self
                     .lease_pool()
                     .acquire()
                     .await
                     .map_err($crate::map_sqlx)?;
-                $crate::retry_while!(
-                    $retryable,
-                    self.renew_in(&mut conn, id, token, lease).await
-                )
+                $crate::retry_while!($retryable, self.renew_in(&mut conn, id, token, lease).await)
             }
 
             async fn checkpoint(

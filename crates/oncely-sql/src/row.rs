@@ -94,8 +94,7 @@ where
             let (headers, trailers) = StoredResponse::decode_header_fields(&headers)
                 .map_err(|e| corrupt("response_headers", e))?;
             let body: Option<Vec<u8>> = row.try_get("response_body").map_err(map_sqlx)?;
-            let retained: Option<bool> =
-                row.try_get("response_body_retained").map_err(map_sqlx)?;
+            let retained: Option<bool> = row.try_get("response_body_retained").map_err(map_sqlx)?;
             let completed_at: Option<i64> = row.try_get("completed_at").map_err(map_sqlx)?;
             RecordState::Complete {
                 response: StoredResponse::new(

@@ -13,13 +13,13 @@ use crate::error::map_sqlx;
 use crate::row::decode_record;
 use crate::sql;
 use crate::store::{MAX_CONNECTIONS, SqliteStore};
-use oncely_sql::fenced_unless_written;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
 use oncely_core::{
     Claim, ClaimKind, ClaimOutcome, ClaimRequest, Decision, FencingToken, RecordKey, Redrives,
     StoreError, StoredRequest, StoredResponse, UnixMillis, decide,
 };
+use oncely_sql::fenced_unless_written;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Row, SqlSafeStr, Sqlite, Transaction};

@@ -6,13 +6,13 @@
 use super::endpoint::{
     DbError, created, floor_reply, floor_response, items_of, key_of, now_ms, order_id, order_of,
 };
-use super::{LEASE_MS, RETENTION_MS};
+use super::{LEASE_MS, RETENTION_MS, SCOPE};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use oncely_sqlx::{SqlStore, Tx, TxError};
 use sha2::{Digest, Sha256};
-use sqlx::{Database, Pool, Transaction};
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 use std::future::Future;
 
 /// The database of the store `S`.
@@ -149,4 +149,84 @@ pub(super) async fn layer<S: Orders>(
     let key = tx.id().key.as_str().to_owned();
     S::insert_order(&mut tx, &id, &key, items_of(&order), now_ms()).await?;
     tx.commit(created(&id, &order)).await
+}
+
+/// The statements of a database that keeps the scope and key as text, numbers its parameters
+/// (PostgreSQL's `$n`, SQLite's `?n`) and tells a claim's insert from a duplicate by
+/// `RETURNING`: [`Orders`] is then these statements, bound in one order (below) for every such
+/// database.
+pub(super) trait TextOrders: SqlStore {
+    /// The baseline's and the floor's `BEGIN`, or `None` for sqlx's plain `BEGIN`.
+    const BEGIN: Option<&'static str>;
+    /// The order's insert: `id`, scope, key, `items`, `created_at`.
+    const INSERT_ORDER: &'static str;
+    /// The floor's claim: scope, key, fingerprint, lease expiry, now, expiry; returns the token
+    /// when it inserted, no row for a duplicate.
+    const FLOOR_CLAIM: &'static str;
+    /// The floor's completion: scope, key, token, completion time, headers, body, expiry.
+    const FLOOR_COMPLETE: &'static str;
+}
+
+impl<S> Orders for S
+where
+    S: TextOrders,
+    for<'c> &'c mut Conn<S>: Executor<'c, Database = Db<S>>,
+    <Db<S> as Database>::Arguments: IntoArguments<Db<S>>,
+    for<'a> &'a str: Encode<'a, Db<S>> + Type<Db<S>>,
+    for<'a> &'a [u8]: Encode<'a, Db<S>> + Type<Db<S>>,
+    for<'a> String: Encode<'a, Db<S>> + Type<Db<S>>,
+    for<'a> i64: Encode<'a, Db<S>> + Type<Db<S>>,
+    for<'r> (i64,): FromRow<'r, <Db<S> as Database>::Row>,
+{
+    async fn begin(pool: &Pool<Db<S>>) -> Result<Transaction<'static, Db<S>>, sqlx::Error> {
+        match S::BEGIN {
+            Some(begin) => pool.begin_with(begin).await,
+            None => pool.begin().await,
+        }
+    }
+
+    async fn insert_order(
+        conn: &mut Conn<S>,
+        id: &str,
+        key: &str,
+        items: String,
+        created_at: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(S::INSERT_ORDER)
+            .bind(id)
+            .bind(SCOPE)
+            .bind(key)
+            .bind(items)
+            .bind(created_at)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+
+    async fn floor_claim(conn: &mut Conn<S>, c: FloorClaim<'_>) -> Result<bool, sqlx::Error> {
+        let claimed: Option<(i64,)> = sqlx::query_as(S::FLOOR_CLAIM)
+            .bind(SCOPE)
+            .bind(c.key)
+            .bind(c.digest)
+            .bind(c.lease_expires_at)
+            .bind(c.now)
+            .bind(c.expires_at)
+            .fetch_optional(conn)
+            .await?;
+        Ok(claimed.is_some())
+    }
+
+    async fn floor_complete(conn: &mut Conn<S>, c: FloorCompletion<'_>) -> Result<(), sqlx::Error> {
+        sqlx::query(S::FLOOR_COMPLETE)
+            .bind(SCOPE)
+            .bind(c.key)
+            .bind(1_i64)
+            .bind(c.completed_at)
+            .bind(c.headers)
+            .bind(c.body)
+            .bind(c.expires_at)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
 }

@@ -134,7 +134,11 @@ impl Bench {
                     .route(PATH, post(baseline::<MySqlStore>))
                     .with_state(pool.clone()),
             ),
-            floor: with_scope(Router::new().route(PATH, post(floor::<MySqlStore>)).with_state(pool)),
+            floor: with_scope(
+                Router::new()
+                    .route(PATH, post(floor::<MySqlStore>))
+                    .with_state(pool),
+            ),
             layer: with_scope(
                 Router::new()
                     .route(PATH, post(layer::<MySqlStore>))

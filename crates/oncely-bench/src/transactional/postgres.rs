@@ -2,14 +2,12 @@
 //! [`Bench::postgres`] (directly, or through the latency proxy).
 
 use super::endpoint::with_scope;
-use super::handlers::{FloorClaim, FloorCompletion, Orders, baseline, floor, layer};
-use super::{Bench, Db, PATH, Pool, SCOPE};
+use super::handlers::{TextOrders, baseline, floor, layer};
+use super::{Bench, Db, PATH, Pool};
 use axum::Router;
 use axum::routing::post;
 use oncely_core::Policy;
 use oncely_postgres::PostgresStore;
-use sqlx::postgres::PgConnection;
-use sqlx::{PgPool, Postgres, Transaction};
 use std::time::Duration;
 
 const PG_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bench_orders (
@@ -28,58 +26,11 @@ const PG_FLOOR_COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'com
      response_body = $6, response_body_retained = TRUE, expires_at = $7 \
      WHERE scope = $1 AND key = $2 AND token = $3 AND state = 'in_flight'";
 
-impl Orders for PostgresStore {
-    async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        pool.begin().await
-    }
-
-    async fn insert_order(
-        conn: &mut PgConnection,
-        id: &str,
-        key: &str,
-        items: String,
-        created_at: i64,
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(PG_INSERT_ORDER)
-            .bind(id)
-            .bind(SCOPE)
-            .bind(key)
-            .bind(items)
-            .bind(created_at)
-            .execute(conn)
-            .await
-            .map(drop)
-    }
-
-    async fn floor_claim(conn: &mut PgConnection, c: FloorClaim<'_>) -> Result<bool, sqlx::Error> {
-        let claimed: Option<(i64,)> = sqlx::query_as(PG_FLOOR_CLAIM)
-            .bind(SCOPE)
-            .bind(c.key)
-            .bind(c.digest)
-            .bind(c.lease_expires_at)
-            .bind(c.now)
-            .bind(c.expires_at)
-            .fetch_optional(conn)
-            .await?;
-        Ok(claimed.is_some())
-    }
-
-    async fn floor_complete(
-        conn: &mut PgConnection,
-        c: FloorCompletion<'_>,
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(PG_FLOOR_COMPLETE)
-            .bind(SCOPE)
-            .bind(c.key)
-            .bind(1_i64)
-            .bind(c.completed_at)
-            .bind(c.headers)
-            .bind(c.body)
-            .bind(c.expires_at)
-            .execute(conn)
-            .await
-            .map(drop)
-    }
+impl TextOrders for PostgresStore {
+    const BEGIN: Option<&'static str> = None;
+    const INSERT_ORDER: &'static str = PG_INSERT_ORDER;
+    const FLOOR_CLAIM: &'static str = PG_FLOOR_CLAIM;
+    const FLOOR_COMPLETE: &'static str = PG_FLOOR_COMPLETE;
 }
 
 impl Bench {
@@ -140,7 +91,11 @@ impl Bench {
                     .route(PATH, post(baseline::<PostgresStore>))
                     .with_state(pool.clone()),
             ),
-            floor: with_scope(Router::new().route(PATH, post(floor::<PostgresStore>)).with_state(pool)),
+            floor: with_scope(
+                Router::new()
+                    .route(PATH, post(floor::<PostgresStore>))
+                    .with_state(pool),
+            ),
             layer: with_scope(
                 Router::new()
                     .route(PATH, post(layer::<PostgresStore>))

@@ -3,14 +3,12 @@
 //! [`Bench::sqlite`].
 
 use super::endpoint::with_scope;
-use super::handlers::{FloorClaim, FloorCompletion, Orders, baseline, floor, layer};
-use super::{Bench, Db, PATH, Pool, SCOPE};
+use super::handlers::{TextOrders, baseline, floor, layer};
+use super::{Bench, Db, PATH, Pool};
 use axum::Router;
 use axum::routing::post;
 use oncely_core::Policy;
 use oncely_sqlite::SqliteStore;
-use sqlx::sqlite::SqliteConnection;
-use sqlx::{Sqlite, SqlitePool, Transaction};
 
 const LITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS bench_orders (
     id TEXT PRIMARY KEY, scope TEXT NOT NULL, idempotency_key TEXT NOT NULL,
@@ -30,61 +28,11 @@ const LITE_FLOOR_COMPLETE: &str = "UPDATE oncely_idempotency_keys SET state = 'c
 /// (`SqliteStore::begin_tx`), so that all three queue for SQLite's write lock the same way.
 const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
 
-impl Orders for SqliteStore {
-    async fn begin(pool: &SqlitePool) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
-        pool.begin_with(BEGIN_IMMEDIATE).await
-    }
-
-    async fn insert_order(
-        conn: &mut SqliteConnection,
-        id: &str,
-        key: &str,
-        items: String,
-        created_at: i64,
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(LITE_INSERT_ORDER)
-            .bind(id)
-            .bind(SCOPE)
-            .bind(key)
-            .bind(items)
-            .bind(created_at)
-            .execute(conn)
-            .await
-            .map(drop)
-    }
-
-    async fn floor_claim(
-        conn: &mut SqliteConnection,
-        c: FloorClaim<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let claimed: Option<(i64,)> = sqlx::query_as(LITE_FLOOR_CLAIM)
-            .bind(SCOPE)
-            .bind(c.key)
-            .bind(c.digest)
-            .bind(c.lease_expires_at)
-            .bind(c.now)
-            .bind(c.expires_at)
-            .fetch_optional(conn)
-            .await?;
-        Ok(claimed.is_some())
-    }
-
-    async fn floor_complete(
-        conn: &mut SqliteConnection,
-        c: FloorCompletion<'_>,
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(LITE_FLOOR_COMPLETE)
-            .bind(SCOPE)
-            .bind(c.key)
-            .bind(1_i64)
-            .bind(c.completed_at)
-            .bind(c.headers)
-            .bind(c.body)
-            .bind(c.expires_at)
-            .execute(conn)
-            .await
-            .map(drop)
-    }
+impl TextOrders for SqliteStore {
+    const BEGIN: Option<&'static str> = Some(BEGIN_IMMEDIATE);
+    const INSERT_ORDER: &'static str = LITE_INSERT_ORDER;
+    const FLOOR_CLAIM: &'static str = LITE_FLOOR_CLAIM;
+    const FLOOR_COMPLETE: &'static str = LITE_FLOOR_COMPLETE;
 }
 
 impl Bench {
@@ -118,7 +66,11 @@ impl Bench {
                     .route(PATH, post(baseline::<SqliteStore>))
                     .with_state(pool.clone()),
             ),
-            floor: with_scope(Router::new().route(PATH, post(floor::<SqliteStore>)).with_state(pool)),
+            floor: with_scope(
+                Router::new()
+                    .route(PATH, post(floor::<SqliteStore>))
+                    .with_state(pool),
+            ),
             layer: with_scope(
                 Router::new()
                     .route(PATH, post(layer::<SqliteStore>))
