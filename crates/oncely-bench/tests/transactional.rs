@@ -6,7 +6,8 @@
 //! claim's insert, which does nothing, and the record's read). No timing.
 //!
 //! One test function, so the process-wide statement counter sees only its own statements.
-//! PostgreSQL runs when `ONCELY_TEST_POSTGRES_URL` (or `ONCELY_BENCH_POSTGRES_URL`) is set.
+//! PostgreSQL runs when `ONCELY_TEST_POSTGRES_URL` (or `ONCELY_BENCH_POSTGRES_URL`) is set,
+//! MySQL / MariaDB when `ONCELY_TEST_MYSQL_URL` (or `ONCELY_BENCH_MYSQL_URL`) is.
 
 #![allow(missing_docs)]
 
@@ -95,6 +96,14 @@ async fn check(bench: &Bench) {
                             .all(|s| s.starts_with("SELECT") || s.starts_with("PRAGMA")),
                         "{seen:?}"
                     );
+                } else if bench.db == Db::Mysql {
+                    // Three logged statements per replay: the message that begins the claim's
+                    // transaction (the lock-wait bound, `BEGIN`, the savepoint), the claim's
+                    // insert, which finds the key and changes nothing, and the locking read of
+                    // the committed record (then the transaction is rolled back).
+                    assert_eq!(seen.len(), 3 * N, "{db} replay: statements {seen:?}");
+                    let reads = seen.iter().filter(|s| s.starts_with("SELECT")).count();
+                    assert_eq!(reads, N, "{db} replay: {seen:?}");
                 } else {
                     // Two logged statements per replay: the claim's insert, which does
                     // nothing, then the read of the committed record (then the empty
@@ -149,5 +158,12 @@ async fn every_variant_writes_one_order_and_the_record_per_request() {
             bench.cleanup().await.expect("cleanup");
         }
         Err(why) => eprintln!("postgres: skipped: {why}"),
+    }
+    match Bench::mysql().await {
+        Ok(bench) => {
+            check(&bench).await;
+            bench.cleanup().await.expect("cleanup");
+        }
+        Err(why) => eprintln!("mysql: skipped: {why}"),
     }
 }

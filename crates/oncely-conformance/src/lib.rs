@@ -44,6 +44,8 @@
 //!   ```
 //! - [`fixtures`]: the requests, responses and durations the scenarios use, for a store's own
 //!   tests too.
+//! - [`instances`]: scenarios over several instances of one store, which a store's own tests
+//!   run on instances they make (many concurrent claims over them, a replay by a cold one).
 
 /// The store the factory makes for `$clock`, or return from the scenario (the factory printed
 /// why it skips).
@@ -60,6 +62,7 @@ pub mod claim;
 pub mod completion;
 pub mod fencing;
 pub mod fixtures;
+pub mod instances;
 pub mod maintenance;
 pub mod operator;
 pub mod plans;

@@ -4,61 +4,15 @@
 
 mod common;
 
-use oncely_conformance::{LEASE, RETENTION, claim_req, fp, tricky_response};
-use oncely_core::{
-    ClaimKind, ClaimOutcome, Clock, IdempotencyKey, KeyStore, ManualClock, RecordKey, RecordState,
-};
+use oncely_conformance::claim_req;
+use oncely_conformance::instances::{one_winner_across_instances, storm};
+use oncely_core::{ClaimKind, ClaimOutcome, IdempotencyKey, ManualClock, RecordKey};
 use oncely_mysql::MySqlStore;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 const TASKS: usize = 300;
-
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Tally {
-    claimed: Vec<(ClaimKind, i64)>,
-    in_flight: usize,
-    replays: usize,
-}
-
-/// Fires `tasks` concurrent claims of `id`, round-robin over `stores`; every granted claim
-/// counts one "side effect".
-async fn storm(
-    stores: &[Arc<MySqlStore>],
-    id: &RecordKey,
-    tasks: usize,
-    effects: &AtomicU64,
-) -> Tally {
-    let start = Arc::new(tokio::sync::Barrier::new(tasks));
-    let mut handles = Vec::with_capacity(tasks);
-    for i in 0..tasks {
-        let store = stores[i % stores.len()].clone();
-        let req = claim_req(id, r#"{"amount":100}"#);
-        let start = start.clone();
-        handles.push(tokio::spawn(async move {
-            start.wait().await;
-            store.claim(req).await
-        }));
-    }
-    let mut tally = Tally::default();
-    for t in handles {
-        match t.await.expect("task").expect("no claim may fail") {
-            ClaimOutcome::Claimed(c) => {
-                effects.fetch_add(1, Ordering::SeqCst);
-                tally.claimed.push((c.kind, c.token.0));
-            }
-            ClaimOutcome::InFlight { .. } => tally.in_flight += 1,
-            ClaimOutcome::Replay { response, .. } => {
-                assert_eq!(response, tricky_response(), "a replay is byte-identical");
-                tally.replays += 1;
-            }
-            // Mismatch, needs attention, or an outcome this test does not know.
-            other => panic!("same body, never marked: {other:?}"),
-        }
-    }
-    tally
-}
 
 async fn instances(clock: &ManualClock) -> Option<Vec<Arc<MySqlStore>>> {
     let mut stores = Vec::new();
@@ -84,42 +38,7 @@ async fn three_hundred_claims_one_winner_across_instances() {
     let Some(stores) = instances(&clock).await else {
         return;
     };
-    for run in 0..10 {
-        let id = fresh_id("storm");
-        let effects = AtomicU64::new(0);
-
-        let first = storm(&stores, &id, TASKS, &effects).await;
-        assert_eq!(first.claimed, vec![(ClaimKind::New, 1)], "run {run}");
-        assert_eq!(first.in_flight, TASKS - 1, "run {run}");
-        assert_eq!(effects.load(Ordering::SeqCst), 1, "run {run}");
-
-        clock.advance(LEASE + Duration::from_millis(1));
-        let takeover = storm(&stores, &id, TASKS, &effects).await;
-        assert_eq!(
-            takeover.claimed,
-            vec![(ClaimKind::Takeover, 2)],
-            "run {run}"
-        );
-        assert_eq!(takeover.in_flight, TASKS - 1, "run {run}");
-        assert_eq!(effects.load(Ordering::SeqCst), 2, "run {run}");
-
-        stores[run % 3]
-            .complete(
-                &id,
-                oncely_core::FencingToken(2),
-                tricky_response(),
-                RETENTION,
-            )
-            .await
-            .unwrap();
-        let replay = storm(&stores, &id, TASKS, &effects).await;
-        assert_eq!(replay.replays, TASKS, "run {run}");
-        assert_eq!(
-            effects.load(Ordering::SeqCst),
-            2,
-            "run {run}: replays run nothing"
-        );
-    }
+    one_winner_across_instances(&stores, &clock, || fresh_id("storm"), TASKS, 10).await;
 }
 
 /// The deadlock of concurrent inserts of one key: a transaction claims a key and stays open
@@ -170,36 +89,10 @@ async fn cold_instance_replays() {
     let Some(a) = common::store(clock.clone()).await else {
         return;
     };
-    let id = fresh_id("cold");
-    let ClaimOutcome::Claimed(c) = a.claim(claim_req(&id, r#"{"amount":100}"#)).await.unwrap()
-    else {
-        panic!("first claim")
+    let cold = async {
+        a.pool().close().await;
+        clock.advance(Duration::from_secs(600));
+        common::store(clock.clone()).await.unwrap()
     };
-    a.complete(&id, c.token, tricky_response(), RETENTION)
-        .await
-        .unwrap();
-    a.pool().close().await;
-    drop(a);
-
-    clock.advance(Duration::from_secs(600));
-    let b = common::store(clock.clone()).await.unwrap();
-    // The retry serializes the same JSON differently: still the same fingerprint.
-    match b
-        .claim(claim_req(&id, r#"{ "amount" : 100 }"#))
-        .await
-        .unwrap()
-    {
-        ClaimOutcome::Replay {
-            response,
-            completed_at,
-        } => {
-            assert_eq!(response, tricky_response());
-            assert_eq!(completed_at, clock.now_millis() - 600_000);
-        }
-        other => panic!("expected a replay, got {other:?}"),
-    }
-    let rec = b.get(&id).await.unwrap().unwrap();
-    assert_eq!(rec.fingerprint, fp(r#"{"amount":100}"#));
-    assert_eq!(rec.fingerprint.version(), 1);
-    assert!(matches!(rec.state, RecordState::Complete { .. }));
+    oncely_conformance::instances::cold_instance_replays(&a, &fresh_id("cold"), &clock, cold).await;
 }

@@ -4,56 +4,13 @@
 
 mod common;
 
-use oncely_conformance::{LEASE, RETENTION, claim_req, fp, tricky_response};
-use oncely_core::{
-    ClaimKind, ClaimOutcome, Clock, IdempotencyKey, KeyStore, ManualClock, RecordKey, RecordState,
-};
+use oncely_conformance::instances::one_winner_across_instances;
+use oncely_core::{IdempotencyKey, ManualClock, RecordKey};
 use oncely_postgres::PostgresStore;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 const TASKS: usize = 300;
-
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Tally {
-    claimed: Vec<(ClaimKind, i64)>,
-    in_flight: usize,
-    replays: usize,
-}
-
-/// Fires `TASKS` concurrent claims of `id`, round-robin over `stores`; every granted claim
-/// counts one "side effect".
-async fn storm(stores: &[Arc<PostgresStore>], id: &RecordKey, effects: &AtomicU64) -> Tally {
-    let start = Arc::new(tokio::sync::Barrier::new(TASKS));
-    let mut tasks = Vec::with_capacity(TASKS);
-    for i in 0..TASKS {
-        let store = stores[i % stores.len()].clone();
-        let req = claim_req(id, r#"{"amount":100}"#);
-        let start = start.clone();
-        tasks.push(tokio::spawn(async move {
-            start.wait().await;
-            store.claim(req).await
-        }));
-    }
-    let mut tally = Tally::default();
-    for t in tasks {
-        match t.await.expect("task").expect("no claim may fail") {
-            ClaimOutcome::Claimed(c) => {
-                effects.fetch_add(1, Ordering::SeqCst);
-                tally.claimed.push((c.kind, c.token.0));
-            }
-            ClaimOutcome::InFlight { .. } => tally.in_flight += 1,
-            ClaimOutcome::Replay { response, .. } => {
-                assert_eq!(response, tricky_response(), "a replay is byte-identical");
-                tally.replays += 1;
-            }
-            // Mismatch, needs attention, or an outcome this test does not know.
-            other => panic!("same body, never marked: {other:?}"),
-        }
-    }
-    tally
-}
 
 async fn instances(
     clock: &ManualClock,
@@ -69,51 +26,19 @@ async fn instances(
 
 /// 300 concurrent identical claims of one key over 3 instances (6 connections each): exactly
 /// one is granted (one side effect), 299 see it in flight. After the lease lapses, 300 more:
-/// exactly one takeover. After completion, 300 more: 300 byte-identical replays. 10 runs.
+/// exactly one takeover. After completion, 300 more: 300 byte-identical replays.
 async fn one_winner_runs(settings: &[(&str, &str)], runs: usize) {
     let clock = ManualClock::starting_now();
     let Some(stores) = instances(&clock, settings).await else {
         return;
     };
-    for run in 0..runs {
-        let id = RecordKey::new(
+    let fresh_id = || {
+        RecordKey::new(
             common::fresh_scope("storm"),
             IdempotencyKey::new("pay-1").unwrap(),
-        );
-        let effects = AtomicU64::new(0);
-
-        let first = storm(&stores, &id, &effects).await;
-        assert_eq!(first.claimed, vec![(ClaimKind::New, 1)], "run {run}");
-        assert_eq!(first.in_flight, TASKS - 1, "run {run}");
-        assert_eq!(effects.load(Ordering::SeqCst), 1, "run {run}");
-
-        clock.advance(LEASE + Duration::from_millis(1));
-        let takeover = storm(&stores, &id, &effects).await;
-        assert_eq!(
-            takeover.claimed,
-            vec![(ClaimKind::Takeover, 2)],
-            "run {run}"
-        );
-        assert_eq!(takeover.in_flight, TASKS - 1, "run {run}");
-        assert_eq!(effects.load(Ordering::SeqCst), 2, "run {run}");
-
-        stores[run % 3]
-            .complete(
-                &id,
-                oncely_core::FencingToken(2),
-                tricky_response(),
-                RETENTION,
-            )
-            .await
-            .unwrap();
-        let replay = storm(&stores, &id, &effects).await;
-        assert_eq!(replay.replays, TASKS, "run {run}");
-        assert_eq!(
-            effects.load(Ordering::SeqCst),
-            2,
-            "run {run}: replays run nothing"
-        );
-    }
+        )
+    };
+    one_winner_across_instances(&stores, &clock, fresh_id, TASKS, runs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -128,8 +53,9 @@ async fn serializable_isolation_conflicts_are_retried_not_surfaced() {
     one_winner_runs(&[("default_transaction_isolation", "serializable")], 3).await;
 }
 
-/// docs/DESIGN.md, "Replay on a cold process": instance A completes; instance B (fresh pool, no local state) replays byte for
-/// byte, and the stored fingerprint (with its version) matches the one B computes.
+/// docs/DESIGN.md, "Replay on a cold process": instance A completes; instance B (fresh pool, no
+/// local state) replays byte for byte, and the stored fingerprint (with its version) matches
+/// the one B computes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cold_instance_replays() {
     let clock = ManualClock::starting_now();
@@ -140,38 +66,12 @@ async fn cold_instance_replays() {
         common::fresh_scope("cold"),
         IdempotencyKey::new("K").unwrap(),
     );
-    let ClaimOutcome::Claimed(c) = a.claim(claim_req(&id, r#"{"amount":100}"#)).await.unwrap()
-    else {
-        panic!("first claim")
+    let cold = async {
+        a.pool().close().await;
+        clock.advance(Duration::from_secs(600));
+        common::store(clock.clone()).await.unwrap()
     };
-    a.complete(&id, c.token, tricky_response(), RETENTION)
-        .await
-        .unwrap();
-    a.pool().close().await;
-    drop(a);
-
-    clock.advance(Duration::from_secs(600));
-    let b = common::store(clock.clone()).await.unwrap();
-    // The retry serializes the same JSON differently: still the same fingerprint (docs/DESIGN.md,
-    // "Serializer differences").
-    match b
-        .claim(claim_req(&id, r#"{ "amount" : 100 }"#))
-        .await
-        .unwrap()
-    {
-        ClaimOutcome::Replay {
-            response,
-            completed_at,
-        } => {
-            assert_eq!(response, tricky_response());
-            assert_eq!(completed_at, clock.now_millis() - 600_000);
-        }
-        other => panic!("expected a replay, got {other:?}"),
-    }
-    let rec = b.get(&id).await.unwrap().unwrap();
-    assert_eq!(rec.fingerprint, fp(r#"{"amount":100}"#));
-    assert_eq!(rec.fingerprint.version(), 1);
-    assert!(matches!(rec.state, RecordState::Complete { .. }));
+    oncely_conformance::instances::cold_instance_replays(&a, &id, &clock, cold).await;
 }
 
 /// Eight processes' worth of stores run the migrations at once against a brand-new database:

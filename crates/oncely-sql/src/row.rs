@@ -24,24 +24,6 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))
 }
 
-fn text<R>(row: &R, column: &str, how: TextColumns) -> Result<String, StoreError>
-where
-    R: Row,
-    for<'a> &'a str: ColumnIndex<R>,
-    for<'r> String: Decode<'r, R::Database>,
-    String: Type<R::Database>,
-    for<'r> Vec<u8>: Decode<'r, R::Database>,
-    Vec<u8>: Type<R::Database>,
-{
-    match how {
-        TextColumns::Text => row.try_get(column).map_err(map_sqlx),
-        TextColumns::Utf8Bytes => {
-            let bytes: Vec<u8> = row.try_get(column).map_err(map_sqlx)?;
-            String::from_utf8(bytes).map_err(|e| corrupt(column, e))
-        }
-    }
-}
-
 /// Decodes a row selected with a store's record column list: `scope`, `key` (as `text`
 /// says), `fingerprint_version` (32-bit integer), `fingerprint` (bytes), `token` (64-bit),
 /// `state` (`in_flight`, `complete` or `released`), `lease_expires_at` (epoch milliseconds,
@@ -70,8 +52,17 @@ where
     for<'r> bool: Decode<'r, R::Database>,
     bool: Type<R::Database>,
 {
-    let scope = text(row, "scope", text_columns)?;
-    let key = text(row, "key", text_columns)?;
+    let text = |column: &str| -> Result<String, StoreError> {
+        match text_columns {
+            TextColumns::Text => row.try_get(column).map_err(map_sqlx),
+            TextColumns::Utf8Bytes => {
+                let bytes: Vec<u8> = row.try_get(column).map_err(map_sqlx)?;
+                String::from_utf8(bytes).map_err(|e| corrupt(column, e))
+            }
+        }
+    };
+    let scope = text("scope")?;
+    let key = text("key")?;
     let key = IdempotencyKey::new(&key).map_err(|e| corrupt("key", e))?;
     let version: i32 = row.try_get("fingerprint_version").map_err(map_sqlx)?;
     let digest: Vec<u8> = row.try_get("fingerprint").map_err(map_sqlx)?;
