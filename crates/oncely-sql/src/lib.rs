@@ -19,6 +19,11 @@
 //!
 //! The stores depend on this crate; it depends on none of them (nor on `oncely-sqlx`, which
 //! depends on the stores).
+//!
+//! [`StoreError`]: oncely_core::StoreError
+//! [`StoreError::Corrupt`]: oncely_core::StoreError::Corrupt
+//! [`StoreError::Unavailable`]: oncely_core::StoreError::Unavailable
+//! [`StoreError::Fenced`]: oncely_core::StoreError::Fenced
 
 mod error;
 mod pooled;
