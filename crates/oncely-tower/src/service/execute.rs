@@ -4,12 +4,12 @@
 use super::detached::Detached;
 use crate::body::{box_bytes_body, call_boxed};
 use crate::claim::ClaimState;
-use crate::claimer::ClaimerKind;
+use crate::claim::ClaimerKind;
+use crate::config::Config;
 use crate::context::{HandlerOutcome, IdempotencyContext};
 use crate::drain::{Drain, Running};
 use crate::metrics::Counter;
 use crate::phase::{PhaseFailed, ResponseCommitted};
-use crate::settings::Config;
 use crate::store_call::timed;
 use bytes::Bytes;
 use http::{Request, Response};
