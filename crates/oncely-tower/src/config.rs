@@ -3,13 +3,13 @@
 //! heartbeat (the drain gets its own part of it from the layer: the drain state, the store and
 //! the store timeout).
 
-use crate::claim::Claimer;
-use crate::claim::local::LocalClaims;
+use crate::claimer::Claimer;
 use crate::dialect::Dialect;
 use crate::drain::DrainState;
 use crate::keeper::TimerKeeper;
 use crate::key_rule::KeyRule;
 use crate::key_source::KeySource;
+use crate::local_claims::LocalClaims;
 use crate::metrics::Metrics;
 use crate::scope::ScopeExtractor;
 use http::HeaderName;

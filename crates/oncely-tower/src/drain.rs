@@ -44,8 +44,8 @@
 //! # }
 //! ```
 
-use crate::claim::lease::LeaseBook;
 use crate::dialect::Dialect;
+use crate::lease::LeaseBook;
 use http::Response;
 use http::header::{CONNECTION, HeaderValue};
 use oncely_core::response::Body;

@@ -1,6 +1,6 @@
 //! [`IdempotencyLayer`]: the builder and [`tower::Layer`] of the idempotency middleware.
 
-use crate::claim::{Claimer, StoreClaimer};
+use crate::claimer::{Claimer, StoreClaimer};
 use crate::config::Config;
 use crate::dialect::{Dialect, ProblemJson};
 use crate::drain::Drain;

@@ -106,6 +106,7 @@
 
 mod body;
 pub mod claim;
+pub mod claimer;
 mod config;
 pub mod context;
 pub mod dialect;
@@ -115,6 +116,8 @@ mod keeper;
 mod key_rule;
 pub mod key_source;
 mod layer;
+mod lease;
+mod local_claims;
 mod metrics;
 #[cfg(feature = "openapi")]
 pub mod openapi;
@@ -126,17 +129,8 @@ mod service;
 pub mod standard_webhooks;
 mod store_call;
 
-/// The [`Claimer`] plug point under its former path: it lives in [`claim`] now, with the rest
-/// of the claim (and at the crate root).
-#[deprecated(
-    since = "0.1.0",
-    note = "use `oncely_tower::claim::{Claimer, ClaimerKind, StoreClaimer}` or the crate root"
-)]
-pub mod claimer {
-    pub use crate::claim::{Claimer, ClaimerKind, StoreClaimer};
-}
-
-pub use claim::{ClaimState, Claimer, ClaimerKind, StoreClaimer};
+pub use claim::ClaimState;
+pub use claimer::{Claimer, ClaimerKind, StoreClaimer};
 #[cfg(feature = "axum")]
 pub use context::MissingIdempotencyContext;
 pub use context::{HandlerOutcome, IdempotencyContext, StepError};

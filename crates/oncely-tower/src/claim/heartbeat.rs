@@ -1,7 +1,7 @@
 //! The lease heartbeat of one claimed request.
 
-use super::lease::LeaseBook;
 use crate::config::Config;
+use crate::lease::LeaseBook;
 use crate::metrics::Counter;
 use crate::store_call::timed;
 use oncely_core::StoreError;

@@ -1,16 +1,12 @@
-//! The claim of one request, in one place: the claim call itself (`claim_key`), how it is made
-//! ([`Claimer`]: one store call by default, or inside the handler's transaction), and what the
-//! layer knows of it while the handler runs ([`ClaimState`]: its lease, its progress, its
-//! heartbeat).
+//! The claim of one request: the claim call itself (`claim_key`, here), and what the layer
+//! knows of the claim while the handler runs ([`ClaimState`] in `state.rs`: its lease, its
+//! progress, its heartbeat in `heartbeat.rs`).
 //!
-//! | file | what |
-//! |---|---|
-//! | `mod.rs` | the claim call: the wait in this process, the claim request, the store's answer |
-//! | `claimer.rs` | [`Claimer`], [`ClaimerKind`], [`StoreClaimer`]: who claims, and who ends the claim |
-//! | `state.rs` | [`ClaimState`]: the claim while the handler runs |
-//! | `heartbeat.rs` | the task that renews the lease |
-//! | `lease.rs` | the lease as its heartbeat learned it, and the outside calls in flight (the drain reads both) |
-//! | `local.rs` | duplicates of this process's own claims, waiting in the process |
+//! What the claim rests on lies below this folder, in files the layer's configuration and its
+//! drain read too: the plug point that makes the claim ([`Claimer`](crate::Claimer), in
+//! `src/claimer.rs`), the lease as its heartbeat learned it and the outside calls in flight
+//! (`src/lease.rs`), and the duplicates of this process's own claims waiting in the process
+//! (`src/local_claims.rs`).
 //!
 //! # Who ends a claim
 //!
@@ -22,26 +18,22 @@
 //! `oncely_sqlx::Tx`, which holds the context) with one phase API: `checkpoint` with a typed
 //! step, then the final response.
 //!
-//! A transactional claimer ([`ClaimerKind::Transactional`]) claims inside the handler's own
+//! A transactional claimer ([`ClaimerKind::Transactional`](crate::ClaimerKind::Transactional)) claims inside the handler's own
 //! database transaction, so the handler's phases commit the claim, the recovery points and the
 //! stored response themselves. They report each commit to the [`ClaimState`], which is plain
 //! shared state, not a callback: [`ClaimState::phase_committed`] (the heartbeat starts at the
 //! first), [`ClaimState::response_committed`] (the record is complete), and
 //! [`ClaimState::rollback_started`] (a phase was dropped unfinished). After the handler the
-//! layer reads it, and ends what the handler left (see [`ClaimerKind`]).
+//! layer reads it, and ends what the handler left (see [`ClaimerKind`](crate::ClaimerKind)).
 
-mod claimer;
-mod heartbeat;
-pub(crate) mod lease;
-pub(crate) mod local;
+pub(crate) mod heartbeat;
 mod state;
 
-pub use claimer::{Claimer, ClaimerKind, StoreClaimer};
 pub use state::ClaimState;
 
 use crate::config::Config;
+use crate::local_claims::Hold;
 use crate::store_call::timed;
-use local::Hold;
 use oncely_core::{ClaimOutcome, ClaimRequest, Fingerprint, RecordKey, StoredRequest, UnixMillis};
 
 /// What the claim call found.
@@ -54,7 +46,7 @@ pub(crate) enum Claimed {
         hold: Option<Hold>,
     },
     /// Another request of this process kept the key's turn for all of
-    /// [`Claimer::local_wait`]: the request is in flight, and the store was not asked.
+    /// [`Claimer::local_wait`](crate::Claimer::local_wait): the request is in flight, and the store was not asked.
     LocalBusy,
     /// The store failed or did not answer within the store timeout (logged): fail closed.
     Failed,
@@ -62,11 +54,11 @@ pub(crate) enum Claimed {
 
 /// Claims `id` for a request whose fingerprint is `fingerprint`, keeping `request` for the
 /// completer, with the policy's lease, replay window and retention: one call of the layer's
-/// [`Claimer`], bounded by the store timeout. On a claim, the claimer may put what the handler
+/// [`Claimer`](crate::Claimer), bounded by the store timeout. On a claim, the claimer may put what the handler
 /// needs (an open transaction) into `extensions`.
 ///
 /// A duplicate of a claim this process is claiming or running waits first, holding no store
-/// connection, until that claim has committed (see [`Claimer::local_wait`]).
+/// connection, until that claim has committed (see [`Claimer::local_wait`](crate::Claimer::local_wait)).
 pub(crate) async fn claim_key(
     config: &Config,
     id: &RecordKey,

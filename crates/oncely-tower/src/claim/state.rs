@@ -1,11 +1,11 @@
 //! [`ClaimState`]: what the layer knows of one claim while the handler runs (its lease, its
 //! progress, its heartbeat), shared with the handler.
 
-use super::claimer::ClaimerKind;
 use super::heartbeat::Heartbeat;
-use super::lease::LeaseBook;
-use super::local::Hold;
+use crate::claimer::ClaimerKind;
 use crate::config::Config;
+use crate::lease::LeaseBook;
+use crate::local_claims::Hold;
 use http::{HeaderMap, StatusCode};
 use oncely_core::{
     ClaimKind, FencingToken, KeyStore, RecordKey, StoreError, StoredResponse, UnixMillis,
@@ -47,7 +47,7 @@ pub struct ClaimState {
     /// whether that transaction had ended behind the phase's back.
     rollback: Mutex<Option<JoinHandle<bool>>>,
     heartbeat: Mutex<Option<Heartbeat>>,
-    /// The key's turn in this process ([`super::local`]), passed on at the first commit.
+    /// The key's turn in this process ([`crate::local_claims`]), passed on at the first commit.
     hold: Mutex<Option<Hold>>,
 }
 

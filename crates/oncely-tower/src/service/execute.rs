@@ -4,7 +4,7 @@
 use super::detached::Detached;
 use crate::body::{box_bytes_body, call_boxed};
 use crate::claim::ClaimState;
-use crate::claim::ClaimerKind;
+use crate::claimer::ClaimerKind;
 use crate::config::Config;
 use crate::context::{HandlerOutcome, IdempotencyContext};
 use crate::drain::{Drain, Running};
