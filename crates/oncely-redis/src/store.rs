@@ -1,5 +1,5 @@
 //! [`RedisStore`]: the [`KeyStore`](oncely_core::KeyStore) on Redis (one endpoint or a Redis
-//! Cluster): connecting, and how every script is run. The operations are in `key_store.rs` (the
+//! Cluster): connecting, and how every script is run. The operations are in `keystore.rs` (the
 //! request path) and `maintenance.rs` (the reaper's and the completer's).
 
 use crate::clock::ClockSource;

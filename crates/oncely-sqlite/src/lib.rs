@@ -36,6 +36,8 @@
 //! can promise (and Oncely does not promise) exactly-once execution; see [`oncely_core`].
 
 mod error;
+mod keystore;
+mod maintenance;
 mod operator;
 #[cfg(test)]
 mod plans;

@@ -1,15 +1,12 @@
-//! [`SqliteStore`]: connecting, migrating, and the [`KeyStore`] operations.
+//! [`SqliteStore`]: the type, connecting and migrating. Its operations: the owner's writes on
+//! a connection (`within.rs`), the [`KeyStore`](oncely_core::KeyStore) operations that run them
+//! on a pooled connection (`keystore.rs`), [`Maintenance`](oncely_core::Maintenance)
+//! (`maintenance.rs`) and [`Operator`](oncely_core::Operator) (`operator.rs`).
 
 use crate::error::{SqliteStoreError, map_sqlx};
 use crate::row::decode_record;
 use crate::sql;
-use async_trait::async_trait;
-use oncely_core::clock::duration_millis;
-use oncely_core::{
-    ClaimOutcome, ClaimRequest, Clock, Decision, FencingToken, KeyStore, Maintenance, ReapReport,
-    Record, RecordKey, RedriveNote, Redrives, StoreError, StoredResponse, SystemClock, UnixMillis,
-    decide,
-};
+use oncely_core::{ClaimOutcome, ClaimRequest, Clock, Decision, StoreError, SystemClock, decide};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -59,7 +56,7 @@ const OPEN_ATTEMPTS: u32 = 5;
 /// fresh file at the same moment and one of them loses the race.
 const MIGRATE_ATTEMPTS: u32 = 5;
 
-/// The SQLite [`KeyStore`]: Oncely's embedded default.
+/// The SQLite [`KeyStore`](oncely_core::KeyStore): Oncely's embedded default.
 ///
 /// One table, `oncely_idempotency_keys`, with `PRIMARY KEY (scope, key)`; its schema ships in the
 /// crate's `migrations/` and is applied by [`SqliteStore::migrate`] (which
@@ -99,8 +96,8 @@ const MIGRATE_ATTEMPTS: u32 = 5;
 /// [`StoreError::Corrupt`]. Nothing panics on stored data.
 #[derive(Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
-    clock: Arc<dyn Clock>,
+    pub(crate) pool: SqlitePool,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -283,171 +280,9 @@ impl SqliteStore {
         }
     }
 
-    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
+    pub(crate) async fn conn(
+        &self,
+    ) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>, StoreError> {
         self.acquire_clean().await
-    }
-}
-
-/// Every write is the one the transactional phases run (`within.rs`), here on a pooled
-/// connection: the claim in a transaction of its own ([`SqliteStore::begin_tx`],
-/// [`SqliteStore::claim_in`], `COMMIT`) after a read that takes no lock; each other write one
-/// statement outside any transaction block, so a transaction of its own, without the
-/// savepoint check of a phase (there is no phase whose transaction could have ended).
-#[async_trait]
-impl KeyStore for SqliteStore {
-    async fn claim(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        if let Some(answer) = self.answer_from_snapshot(&req).await? {
-            return Ok(answer);
-        }
-        let mut tx = self.begin_tx().await?;
-        let outcome = self.claim_in(&mut tx, &req).await?;
-        if matches!(outcome, ClaimOutcome::Claimed(_)) {
-            tx.commit().await.map_err(map_sqlx)?;
-        }
-        // Otherwise nothing was written; dropping `tx` rolls the empty transaction back.
-        Ok(outcome)
-    }
-
-    async fn renew(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<UnixMillis, StoreError> {
-        self.renew_in(&mut *self.conn().await?, id, token, lease)
-            .await
-    }
-
-    async fn checkpoint(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        recovery_point: &str,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        self.checkpoint_with(false, &mut conn, id, token, recovery_point, lease, None)
-            .await
-    }
-
-    async fn complete(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        response: StoredResponse,
-        retention: Duration,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        self.complete_with(false, &mut conn, id, token, &response, retention)
-            .await
-    }
-
-    async fn release(&self, id: &RecordKey, token: FencingToken) -> Result<(), StoreError> {
-        self.release_in(&mut *self.conn().await?, id, token).await
-    }
-
-    async fn get(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        sqlx::query(sql::SELECT_ONE)
-            .bind(id.scope.as_str())
-            .bind(id.key.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?
-            .as_ref()
-            .map(decode_record)
-            .transpose()
-    }
-}
-
-#[async_trait]
-impl Maintenance for SqliteStore {
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        use sqlx::Row;
-        let now = self.clock.now_millis();
-        let limit = i64::try_from(batch).unwrap_or(i64::MAX);
-        let rows = sqlx::query(sql::REAP_BATCH)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        let mut report = ReapReport::default();
-        for row in rows {
-            report.deleted += 1;
-            let state: String = row.try_get("state").map_err(map_sqlx)?;
-            if state == "in_flight" {
-                report.orphaned += 1;
-            }
-        }
-        Ok(report)
-    }
-
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        let now = self.clock.now_millis();
-        let cutoff = now.saturating_sub(duration_millis(grace));
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        sqlx::query(sql::LIST_ABANDONED)
-            .bind(cutoff)
-            .bind(limit)
-            .bind(now)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_sqlx)?
-            .iter()
-            .map(decode_record)
-            .collect()
-    }
-
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        note: RedriveNote,
-    ) -> Result<Redrives, StoreError> {
-        use sqlx::Row;
-        let now = self.clock.now_millis();
-        let (statement, first) = match note {
-            RedriveNote::Attempt { backoff } => (
-                sql::NOTE_ATTEMPT,
-                now.saturating_add(duration_millis(backoff)),
-            ),
-            RedriveNote::Mark => (sql::NOTE_MARK, now),
-            _ => return Err(StoreError::Fenced),
-        };
-        let row = sqlx::query(statement)
-            .bind(first)
-            .bind(id.scope.as_str())
-            .bind(id.key.as_str())
-            .bind(token.0)
-            .bind(now)
-            .bind(i64::from(attempts_seen))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?
-            .ok_or(StoreError::Fenced)?;
-        let attempts: i64 = row.try_get(0).map_err(map_sqlx)?;
-        Ok(Redrives::new(
-            u32::try_from(attempts)
-                .map_err(|_| StoreError::Corrupt(format!("redrive_attempts {attempts}")))?,
-            row.try_get(1).map_err(map_sqlx)?,
-            row.try_get(2).map_err(map_sqlx)?,
-        ))
-    }
-
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        sqlx::query(sql::LIST_MARKED)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_sqlx)?
-            .iter()
-            .map(decode_record)
-            .collect()
     }
 }

@@ -1,5 +1,5 @@
 //! [`Claimer`]: how the layer makes a claim, the plug point for transactional stores. See
-//! [`claim`](crate::claim) for the completion contract.
+//! [`claim`](crate::claim) for who ends a claim.
 
 use async_trait::async_trait;
 use oncely_core::{ClaimOutcome, ClaimRequest, KeyStore, StoreError};

@@ -1,13 +1,14 @@
 //! [`IdempotencyLayer`]: the builder and [`tower::Layer`] of the idempotency middleware.
 
 use crate::claimer::{Claimer, StoreClaimer};
-use crate::config::{DefaultKeyRule, ExtensionScope, KeyRule, ScopeExtractor};
+use crate::config::Config;
 use crate::dialect::{Dialect, ProblemJson};
 use crate::drain::Drain;
+use crate::key_rule::{DefaultKeyRule, KeyRule};
 use crate::key_source::KeySource;
 use crate::metrics::Metrics;
+use crate::scope::{ExtensionScope, ScopeExtractor};
 use crate::service::Idempotency;
-use crate::settings::Config;
 use http::HeaderName;
 use oncely_core::{
     Clock, DefaultFingerprinter, Fingerprinter, KeyStore, Policy, PolicyError, SystemClock,

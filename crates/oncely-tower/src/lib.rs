@@ -94,8 +94,8 @@
 //! handler steers what happens to its response with a [`HandlerOutcome`] in the response
 //! extensions: `NotExecuted` (returned, not stored, key released) or `Suspended` (kept in
 //! flight at its recovery point for the retry to resume). Transactional handlers use
-//! `oncely_sqlx::Tx`, whose claimer reports to the same [`ClaimState`] (see [`claim`] for the
-//! completion contract). See [`context`] and [`oncely_core::response`] for what is stored and
+//! `oncely_sqlx::Tx`, whose claimer reports to the same [`ClaimState`] (see [`claim`] for who
+//! ends a claim). See [`context`] and [`oncely_core::response`] for what is stored and
 //! how large and streaming bodies are handled.
 //!
 //! # Guarantee
@@ -113,30 +113,31 @@ pub mod dialect;
 pub mod drain;
 mod future;
 mod keeper;
+mod key_rule;
 pub mod key_source;
 mod layer;
 mod lease;
-mod local;
+mod local_claims;
 mod metrics;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod phase;
 mod problem;
+mod scope;
 mod service;
-mod settings;
 #[cfg(feature = "standard-webhooks")]
 pub mod standard_webhooks;
 mod store_call;
 
 pub use claim::ClaimState;
 pub use claimer::{Claimer, ClaimerKind, StoreClaimer};
-pub use config::{DefaultKeyRule, ExtensionScope, KeyRequirement, KeyRule, ScopeExtractor};
 #[cfg(feature = "axum")]
 pub use context::MissingIdempotencyContext;
 pub use context::{HandlerOutcome, IdempotencyContext, StepError};
 pub use dialect::{Dialect, ProblemJson};
 pub use drain::Drain;
 pub use future::ResponseFuture;
+pub use key_rule::{DefaultKeyRule, KeyRequirement, KeyRule};
 pub use key_source::{IDEMPOTENCY_KEY, InvalidKeySource, KeySource};
 pub use layer::{CREDENTIAL_HEADERS, DEFAULT_STORE_TIMEOUT, IdempotencyLayer};
 pub use metrics::{Metrics, MetricsSnapshot};
@@ -145,6 +146,7 @@ pub use oncely_core::response::{
 };
 pub use phase::{PhaseFailed, ResponseCommitted};
 pub use problem::problem_response;
+pub use scope::{ExtensionScope, ScopeExtractor};
 pub use service::Idempotency;
 #[cfg(feature = "standard-webhooks")]
 pub use standard_webhooks::{

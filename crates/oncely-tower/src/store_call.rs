@@ -1,7 +1,7 @@
 //! [`timed`]: every store call the layer makes, bounded by the store timeout and counted.
 
+use crate::config::Config;
 use crate::metrics::Counter;
-use crate::settings::Config;
 use oncely_core::StoreError;
 use std::future::Future;
 

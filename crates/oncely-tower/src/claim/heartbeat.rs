@@ -1,8 +1,8 @@
 //! The lease heartbeat of one claimed request.
 
+use crate::config::Config;
 use crate::lease::LeaseBook;
 use crate::metrics::Counter;
-use crate::settings::Config;
 use crate::store_call::timed;
 use oncely_core::StoreError;
 use std::sync::Arc;

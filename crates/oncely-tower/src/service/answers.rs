@@ -2,9 +2,9 @@
 //! mismatch, a record marked for a person, the store unavailable, a refused key.
 
 use crate::body::full_body;
+use crate::config::Config;
 use crate::dialect::code_response;
 use crate::metrics::Counter;
-use crate::settings::Config;
 use crate::store_call::timed;
 use bytes::Bytes;
 use http::Response;

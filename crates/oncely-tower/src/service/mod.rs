@@ -1,6 +1,7 @@
 //! [`Idempotency`]: the service that claims, executes, stores and replays, one file per step of
-//! a request: [`prepare`] (key, scope, body, fingerprint), the claim (here), [`execute`] (the
-//! handler, then the claim's end), [`answers`] (what the layer says itself).
+//! a request: [`prepare`] (key, scope, body, fingerprint), the claim ([`claim`](crate::claim),
+//! called here), [`execute`] (the handler, then the claim's end), [`answers`] (what the layer
+//! says itself).
 //!
 //! # What one request goes through
 //!
@@ -39,17 +40,16 @@ mod execute;
 mod prepare;
 
 use crate::body::{box_body, box_bytes_body, call_boxed, full_body};
-use crate::claim::ClaimState;
+use crate::claim::{ClaimState, Claimed, claim_key};
+use crate::config::Config;
 use crate::drain::Drain;
 use crate::future::ResponseFuture;
 use crate::metrics::Counter;
-use crate::settings::Config;
-use crate::store_call::timed;
 use answers::{in_flight, mismatch, needs_attention, replay, unavailable};
 use bytes::Bytes;
 use http::{Request, Response};
+use oncely_core::ClaimOutcome;
 use oncely_core::response::{Body, BoxError};
-use oncely_core::{ClaimOutcome, ClaimRequest};
 use prepare::{Keyed, Prepared, prepare};
 use std::fmt;
 use std::sync::Arc;
@@ -189,50 +189,18 @@ where
             policy.retry_after_secs,
         ));
     }
-    // A duplicate of a claim this process is claiming or running waits here, holding no store
-    // connection, until that claim has committed (see `Claimer::local_wait`).
-    let hold = match config.claimer.local_wait() {
-        None => None,
-        Some(bound) => match config.local.turn(&id, bound).await {
-            Some(hold) => Some(hold),
-            None => {
+    let (outcome, sent, hold) =
+        match claim_key(&config, &id, fingerprint, request, &mut parts.extensions).await {
+            Claimed::Answer {
+                outcome,
+                sent,
+                hold,
+            } => (outcome, sent, hold),
+            Claimed::LocalBusy => {
                 return Ok(in_flight(&config, &id, fingerprint, config.clock.now_millis()).await);
             }
-        },
-    };
-    let claim = ClaimRequest::new(
-        id.clone(),
-        fingerprint,
-        policy.lease,
-        policy.replay_window,
-        policy.retention,
-    )
-    .with_request(Some(request));
-    #[cfg(feature = "metrics")]
-    let started = std::time::Instant::now();
-    let sent = config.clock.now_millis();
-    let outcome = timed(&config, config.claimer.claim(claim, &mut parts.extensions)).await;
-    #[cfg(feature = "metrics")]
-    crate::metrics::facade::claim(
-        config.metrics.store_label(),
-        match &outcome {
-            Ok(ClaimOutcome::Claimed(_)) => "claimed",
-            Ok(ClaimOutcome::Replay { .. }) => "replayed",
-            Ok(ClaimOutcome::InFlight { .. }) => "in_flight",
-            Ok(ClaimOutcome::Mismatch) => "mismatch",
-            Ok(ClaimOutcome::NeedsAttention { .. }) => "needs_attention",
-            Ok(_) => "unknown",
-            Err(_) => "store_error",
-        },
-        started.elapsed(),
-    );
-    let outcome = match outcome {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::warn!(scope = %id.scope, key = %id.key, error = %e, "idempotency claim failed; failing closed with 503");
-            return Ok(unavailable(&config));
-        }
-    };
+            Claimed::Failed => return Ok(unavailable(&config)),
+        };
     match outcome {
         ClaimOutcome::Claimed(claim) => {
             config.metrics.inc(Counter::claims);

@@ -3,10 +3,10 @@
 
 use super::answers::key_refused;
 use crate::body::full_body;
+use crate::config::Config;
 use crate::dialect::code_response;
 use crate::key_source::BodyKeyError;
 use crate::metrics::Counter;
-use crate::settings::Config;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Request, Response, Uri};
