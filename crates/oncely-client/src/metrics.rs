@@ -133,7 +133,10 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(seen["oncely_client_retries_total"].1, DebugValue::Counter(2));
+        assert_eq!(
+            seen["oncely_client_retries_total"].1,
+            DebugValue::Counter(2)
+        );
         assert_eq!(
             seen["oncely_client_retries_total"].0.as_deref(),
             Some("Retries made (attempts after the first).")

@@ -249,7 +249,10 @@ mod tests {
             .collect();
         let claims = &seen["oncely_claims_total"];
         assert_eq!(claims.0, ["route=unknown", "store=sqlite"]);
-        assert_eq!(claims.1.as_deref(), Some("Claims granted (the request executed)."));
+        assert_eq!(
+            claims.1.as_deref(),
+            Some("Claims granted (the request executed).")
+        );
         assert_eq!(claims.2, DebugValue::Counter(2));
         assert_eq!(seen["oncely_key_invalid_total"].2, DebugValue::Counter(1));
         // Only what was counted has a series; every counter's name comes from the one list.

@@ -1187,7 +1187,11 @@ async fn the_counters_reach_the_metrics_facade_with_route_and_store() {
         })
         .collect();
     let labels = vec!["route=/v1/orders".to_owned(), "store=memory".to_owned()];
-    for name in ["oncely_claims_total", "oncely_replays_total", "oncely_mismatches_total"] {
+    for name in [
+        "oncely_claims_total",
+        "oncely_replays_total",
+        "oncely_mismatches_total",
+    ] {
         assert_eq!(
             seen.get(&(name.to_owned(), labels.clone())),
             Some(&DebugValue::Counter(1)),
