@@ -1,42 +1,46 @@
-//! Counters of what the layer did, out of the box, through one mechanism: every counter is sent
-//! through the [`metrics`] facade to whatever recorder the application installed
-//! (`metrics-exporter-prometheus`, ...; with none installed the facade drops them), and the
-//! same increment bumps the layer's in-process reading, [`Metrics::snapshot`] (per layer, for
-//! tests and for code that reads one layer's counts). One list of counters feeds both; see
-//! docs/DESIGN.md, "Counters".
-//!
-//! The facade's series carry the labels `route` (axum's matched path template, `unknown`
-//! outside axum) and `store` (set with [`Metrics::set_store_label`]), as `oncely_<name>_total`
-//! (`oncely_claims_total`, ...: [`MetricsSnapshot`]'s fields), plus, in the facade only:
-//!
-//! - `oncely_requests_total{route, outcome, store}`: one per claim attempt, `outcome` one of
-//!   `claimed`, `replayed`, `in_flight`, `mismatch`, `needs_attention`, `store_error`;
-//! - `oncely_claim_duration_seconds{route, outcome, store}`: a histogram of the claim's
-//!   latency (the store's claim call, seconds);
-//! - `oncely_store_operation_duration_seconds{store, outcome}`: a histogram of every store
-//!   call the layer makes (claim, reads, renewals, releases; `outcome` `ok` or `error`).
-//!
-//! [`Metrics::describe`] gives the installed recorder every series' help text (the `# HELP`
-//! lines of a Prometheus exporter).
-//!
-//! ```
-//! use oncely_core::MemoryStore;
-//! use oncely_tower::IdempotencyLayer;
-//! use std::sync::Arc;
-//!
-//! let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
-//! let metrics = layer.metrics(); // shared with every service the layer makes
-//! assert_eq!(metrics.snapshot().claims, 0);
-//! ```
+//! The layer's counters: [`Metrics`] (its docs say what is sent where); docs/DESIGN.md,
+//! "Counters".
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
     ($( $(#[$doc:meta])* $name:ident => $help:literal ),* $(,)?) => {
-        /// The layer's counters (monotonic, since the layer was made), the in-process reading
-        /// of the `oncely_<name>_total` series the layer sends through the `metrics` facade
-        /// (see the [module docs](self)). Shared by every service a layer makes; get it from
+        /// The layer's counters (monotonic, since the layer was made). Shared by every service
+        /// a layer makes; get it from
         /// [`IdempotencyLayer::metrics`](crate::IdempotencyLayer::metrics).
+        ///
+        /// One mechanism: every counter is sent through the [`metrics`] facade to whatever
+        /// recorder the application installed (`metrics-exporter-prometheus`, ...; with none
+        /// installed the facade drops them), and the same increment bumps this in-process
+        /// reading, [`Metrics::snapshot`] (one layer's counts, for tests and for code that reads
+        /// them). One list of counters feeds both; see docs/DESIGN.md, "Counters".
+        ///
+        /// The facade's series are `oncely_<name>_total` ([`MetricsSnapshot`]'s fields:
+        /// `oncely_claims_total`, ...) with the labels `route` (axum's matched path template,
+        /// `unknown` outside axum) and `store` (set with [`Metrics::set_store_label`]), plus, in
+        /// the facade only:
+        ///
+        /// - `oncely_requests_total{route, outcome, store}`: one per claim attempt, `outcome`
+        ///   one of `claimed`, `replayed`, `in_flight`, `mismatch`, `needs_attention`,
+        ///   `store_error`;
+        /// - `oncely_claim_duration_seconds{route, outcome, store}`: a histogram of the claim's
+        ///   latency (the store's claim call, seconds);
+        /// - `oncely_store_operation_duration_seconds{store, outcome}`: a histogram of every
+        ///   store call the layer makes (claim, reads, renewals, releases; `outcome` `ok` or
+        ///   `error`).
+        ///
+        /// [`Metrics::describe`] gives the installed recorder every series' help text (the
+        /// `# HELP` lines of a Prometheus exporter).
+        ///
+        /// ```
+        /// use oncely_core::MemoryStore;
+        /// use oncely_tower::IdempotencyLayer;
+        /// use std::sync::Arc;
+        ///
+        /// let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
+        /// let metrics = layer.metrics(); // shared with every service the layer makes
+        /// assert_eq!(metrics.snapshot().claims, 0);
+        /// ```
         #[derive(Debug, Default)]
         pub struct Metrics {
             $( $name: AtomicU64, )*
