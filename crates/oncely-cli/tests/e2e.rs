@@ -159,6 +159,11 @@ async fn metrics_are_labelled_by_route_outcome_and_store() {
         text.contains("# TYPE oncely_claim_duration_seconds histogram"),
         "{text}"
     );
+    // The layer's help texts reach the exporter (`Metrics::describe`, called at install).
+    assert!(
+        text.contains("# HELP oncely_claims_total Claims granted (the request executed).\n"),
+        "{text}"
+    );
     // Every store call the layer made is timed: at least the three claims.
     let ops: f64 = ["ok", "error"]
         .iter()

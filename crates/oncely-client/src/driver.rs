@@ -19,7 +19,7 @@ use crate::classify::RetryReason;
 use crate::deadline::Deadline;
 use crate::error::{BoxError, LastAnswer, RetryError, StopReason};
 use crate::key::{IdempotencyKey, MakeIdempotencyKey, UuidV4Keys};
-use crate::metrics::{RetryMetrics, bump};
+use crate::metrics::{Counter, RetryMetrics};
 use crate::policy::RetryPolicy;
 use crate::schedule::{CallState, WaitSource};
 use crate::timer::{Timer, TokioTimer};
@@ -120,14 +120,14 @@ impl Driver {
 
     /// Starts a logical call with this overall deadline, now.
     pub(crate) fn start_call(&self, deadline: Duration) -> CallState {
-        bump(&self.metrics.calls);
+        self.metrics.inc(Counter::calls);
         CallState::new(Deadline::starting_at(self.timer.now(), deadline))
     }
 
     /// Records that an attempt goes out.
     pub(crate) fn record_attempt(&self, call: &mut CallState) {
         call.record_attempt();
-        bump(&self.metrics.attempts);
+        self.metrics.inc(Counter::attempts);
     }
 
     /// Mints the one key of a logical call, checked with the server's rules like a caller's.
@@ -142,7 +142,7 @@ impl Driver {
         });
         match checked {
             Ok(value) => {
-                bump(&self.metrics.keys_minted);
+                self.metrics.inc(Counter::keys_minted);
                 Ok(value)
             }
             Err(e) => Err((e, minted)),
@@ -159,15 +159,15 @@ impl Driver {
         source: Option<BoxError>,
     ) -> RetryError {
         let m = &self.metrics;
-        bump(&m.gave_up);
+        m.inc(Counter::gave_up);
         match reason {
             StopReason::DeadlineExhausted { .. } | StopReason::RetryAfterBeyondDeadline { .. } => {
-                bump(&m.deadline_exhausted)
+                m.inc(Counter::deadline_exhausted)
             }
-            StopReason::AttemptsExhausted { .. } => bump(&m.attempts_exhausted),
-            StopReason::BudgetEmpty { .. } => bump(&m.budget_exhausted),
-            StopReason::OutcomeUnknown => bump(&m.outcome_unknown),
-            StopReason::BodyNotReplayable => bump(&m.not_replayable),
+            StopReason::AttemptsExhausted { .. } => m.inc(Counter::attempts_exhausted),
+            StopReason::BudgetEmpty { .. } => m.inc(Counter::budget_exhausted),
+            StopReason::OutcomeUnknown => m.inc(Counter::outcome_unknown),
+            StopReason::BodyNotReplayable => m.inc(Counter::not_replayable),
             _ => {}
         }
         let elapsed = call.deadline().elapsed(self.timer.now());
@@ -206,9 +206,9 @@ impl Driver {
             let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
             call.plan_retry(policy, budget, reason, hint, self.timer.now(), &mut *rng)?
         };
-        bump(&self.metrics.retries);
+        self.metrics.inc(Counter::retries);
         if plan.source == WaitSource::RetryAfter {
-            bump(&self.metrics.retry_after_waits);
+            self.metrics.inc(Counter::retry_after_waits);
         }
         tracing::info!(
             attempt = call.attempts(),

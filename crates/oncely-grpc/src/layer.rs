@@ -170,5 +170,5 @@ fn streaming_unsupported(path: &str) -> Response<Body> {
             "{path} streams its requests, and such a call cannot be made idempotent: nothing was executed. Call it without an idempotency-key"
         ),
     );
-    GrpcDialect.render(&problem, None)
+    GrpcDialect.render(&problem)
 }

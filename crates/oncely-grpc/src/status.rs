@@ -302,8 +302,10 @@ pub fn judged_status(code: Code) -> StatusCode {
 }
 
 /// The gRPC status of a problem, with its `google.rpc` details (see the [module docs](self)):
-/// `ErrorInfo` always, `RetryInfo` when `retry_after_secs` is given.
-pub fn status_of(problem: &Problem, retry_after_secs: Option<u64>) -> tonic::Status {
+/// `ErrorInfo` always, `RetryInfo` when the problem's
+/// [`retry_after_secs`](Problem::retry_after_secs) is set (the one channel of the delay, the
+/// `Retry-After` of plain HTTP).
+pub fn status_of(problem: &Problem) -> tonic::Status {
     let code = grpc_code_of(&problem.code, problem.status, problem.retryable);
     let mut details = ErrorDetails::new();
     let metadata = HashMap::from([
@@ -312,7 +314,7 @@ pub fn status_of(problem: &Problem, retry_after_secs: Option<u64>) -> tonic::Sta
         ("httpStatus".to_owned(), problem.status.to_string()),
     ]);
     details.set_error_info(problem.code.to_ascii_uppercase(), ERROR_DOMAIN, metadata);
-    if let Some(secs) = retry_after_secs {
+    if let Some(secs) = problem.retry_after_secs {
         details.set_retry_info(Some(Duration::from_secs(secs)));
     }
     tonic::Status::with_error_details(code, problem.detail.clone(), details)
@@ -324,12 +326,12 @@ pub fn status_of(problem: &Problem, retry_after_secs: Option<u64>) -> tonic::Sta
 pub struct GrpcDialect;
 
 impl Dialect for GrpcDialect {
-    fn render(&self, problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body> {
-        let mut res: Response<Body> = status_of(problem, retry_after_secs).into_http();
+    fn render(&self, problem: &Problem) -> Response<Body> {
+        let mut res: Response<Body> = status_of(problem).into_http();
         // The status travels as a `tonic::Status` extension too; a replayed marker is added
         // by the layer where it applies (`idempotency_response_not_retained`).
         res.extensions_mut().remove::<tonic::Status>();
-        if let Some(secs) = retry_after_secs {
+        if let Some(secs) = problem.retry_after_secs {
             res.headers_mut().insert(
                 RETRY_PUSHBACK_MS,
                 HeaderValue::from(secs.saturating_mul(1000)),
@@ -579,8 +581,9 @@ mod tests {
 
     #[test]
     fn problems_render_as_statuses_with_error_info_and_retry_info() {
-        let p = Problem::new(ErrorCode::RequestInFlight, StatusProfile::Ietf, "busy");
-        let s = status_of(&p, Some(2));
+        let p = Problem::new(ErrorCode::RequestInFlight, StatusProfile::Ietf, "busy")
+            .with_retry_after(2);
+        let s = status_of(&p);
         assert_eq!(s.code(), Code::Aborted);
         assert_eq!(s.message(), "busy");
         let d = s.get_error_details();
@@ -594,12 +597,12 @@ mod tests {
             d.retry_info().and_then(|r| r.retry_delay),
             Some(Duration::from_secs(2))
         );
-        let res = GrpcDialect.render(&p, Some(2));
+        let res = GrpcDialect.render(&p);
         assert_eq!(res.headers()["grpc-status"], "10");
         assert_eq!(res.headers()[RETRY_PUSHBACK_MS], "2000");
 
         let p = Problem::new(ErrorCode::KeyMismatch, StatusProfile::Stripe, "other");
-        let res = GrpcDialect.render(&p, None);
+        let res = GrpcDialect.render(&p);
         assert_eq!(res.status(), 200);
         assert_eq!(res.headers()["content-type"], "application/grpc");
         assert_eq!(res.headers()["grpc-status"], "9");

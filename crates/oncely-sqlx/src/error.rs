@@ -276,7 +276,11 @@ impl IntoResponse for TxError {
         };
         // The full error (driver messages, addresses) goes to the log, never to the client.
         tracing::warn!(error = %self, code = %p.code, "transactional phase failed");
-        let mut res = oncely_tower::problem_response(&p, retry_after)
+        let p = match retry_after {
+            Some(secs) => p.with_retry_after(secs),
+            None => p,
+        };
+        let mut res = oncely_tower::problem_response(&p)
             .map(axum::body::Body::new)
             .into_response();
         if let Some(failed) = failed {

@@ -239,7 +239,7 @@ mod extract {
                 ErrorCode::LayerMissing,
                 "This route needs an idempotency claim, but the request carries none (server misconfiguration).",
             );
-            problem_response(&p, None).into_response()
+            problem_response(&p).into_response()
         }
     }
 

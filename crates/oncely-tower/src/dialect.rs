@@ -11,7 +11,7 @@
 //! use oncely_tower::{Dialect, ProblemJson};
 //!
 //! let p = Problem::new(ErrorCode::KeyMismatch, StatusProfile::Ietf, "a different request");
-//! let res = ProblemJson.render(&p, None);
+//! let res = ProblemJson.render(&p);
 //! assert_eq!(res.status(), 422);
 //! assert_eq!(res.headers()["content-type"], "application/problem+json");
 //! // Plain HTTP: a response is judged by its status alone.
@@ -29,10 +29,10 @@ use oncely_core::{ErrorCode, Problem, StatusProfile};
 pub trait Dialect: Send + Sync + 'static {
     /// The response for one of the layer's own answers (a missing or invalid key, an in-flight
     /// duplicate, a mismatch, an unavailable store, ...): `problem` carries the machine code,
-    /// the HTTP status of the policy's profile, the detail and whether a retry may succeed;
-    /// `retry_after_secs` is the delay, in seconds, that plain HTTP sends as `Retry-After`
-    /// (set on retryable answers only).
-    fn render(&self, problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body>;
+    /// the HTTP status of the policy's profile, the detail, whether a retry may succeed and,
+    /// in [`Problem::retry_after_secs`] (the one channel of the delay), the delay in seconds
+    /// that plain HTTP sends as `Retry-After` (set on retryable answers only).
+    fn render(&self, problem: &Problem) -> Response<Body>;
 
     /// The HTTP status the store policy judges a handler's response by
     /// ([`StorePolicy::stores`](oncely_core::StorePolicy::stores)): which responses are stored
@@ -56,13 +56,13 @@ pub trait Dialect: Send + Sync + 'static {
 pub struct ProblemJson;
 
 impl Dialect for ProblemJson {
-    fn render(&self, problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body> {
-        problem_response(problem, retry_after_secs)
+    fn render(&self, problem: &Problem) -> Response<Body> {
+        problem_response(problem)
     }
 }
 
 /// A problem for one of the codes, under a profile, as `dialect` says it. Retryable codes
-/// carry `Retry-After`.
+/// carry `Retry-After` (`retry_after_secs`, in seconds).
 pub(crate) fn code_response(
     dialect: &dyn Dialect,
     code: ErrorCode,
@@ -70,8 +70,13 @@ pub(crate) fn code_response(
     detail: impl Into<String>,
     retry_after_secs: u64,
 ) -> Response<Body> {
-    let retry = code.retryable().then_some(retry_after_secs);
-    dialect.render(&Problem::new(code, profile, detail), retry)
+    let p = Problem::new(code, profile, detail);
+    let p = if code.retryable() {
+        p.with_retry_after(retry_after_secs)
+    } else {
+        p
+    };
+    dialect.render(&p)
 }
 
 #[cfg(test)]
@@ -110,13 +115,9 @@ mod tests {
         assert_eq!(res.headers()[RETRY_AFTER], "7");
         assert_eq!(res.headers()[X_SHOULD_RETRY], "true");
         let p = Problem::from_code(ErrorCode::RequestBodyUnreadable, "d");
-        assert_eq!(
-            problem_response(&p, None).headers()[X_SHOULD_RETRY],
-            "false"
-        );
-        // The problem's own delay, and the one given, which wins.
+        assert_eq!(problem_response(&p).headers()[X_SHOULD_RETRY], "false");
+        // The problem's own delay: the one channel of `Retry-After`.
         let p = Problem::from_code(ErrorCode::ServerShuttingDown, "d").with_retry_after(4);
-        assert_eq!(problem_response(&p, None).headers()[RETRY_AFTER], "4");
-        assert_eq!(problem_response(&p, Some(9)).headers()[RETRY_AFTER], "9");
+        assert_eq!(problem_response(&p).headers()[RETRY_AFTER], "4");
     }
 }

@@ -284,7 +284,7 @@ impl Drain {
             oncely_core::ErrorCode::ServerShuttingDown,
             "this server instance is shutting down and did not run the request; retry the same request with the same key",
         );
-        let mut res = dialect.render(&p, Some(retry_after_secs.max(1)));
+        let mut res = dialect.render(&p.with_retry_after(retry_after_secs.max(1)));
         res.headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
         res

@@ -1,36 +1,46 @@
-//! Counters of what the layer did, out of the box: read them with [`Metrics::snapshot`] or
-//! serve them with [`Metrics::render_prometheus`].
-//!
-//! With the `metrics` feature every counter is also sent through the [`metrics`] facade to
-//! whatever recorder the application installed (`metrics-exporter-prometheus`, ...), with the
-//! labels `route` (axum's matched path template, `unknown` outside axum) and `store` (set with
-//! [`Metrics::set_store_label`]), under the same `oncely_<name>_total` names, plus:
-//!
-//! - `oncely_requests_total{route, outcome, store}`: one per claim attempt, `outcome` one of
-//!   `claimed`, `replayed`, `in_flight`, `mismatch`, `needs_attention`, `store_error`;
-//! - `oncely_claim_duration_seconds{route, outcome, store}`: a histogram of the claim's
-//!   latency (the store's claim call, seconds);
-//! - `oncely_store_operation_duration_seconds{store, outcome}`: a histogram of every store
-//!   call the layer makes (claim, reads, renewals, releases; `outcome` `ok` or `error`).
-//!
-//! ```
-//! use oncely_core::MemoryStore;
-//! use oncely_tower::IdempotencyLayer;
-//! use std::sync::Arc;
-//!
-//! let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
-//! let metrics = layer.metrics(); // shared with every service the layer makes
-//! assert_eq!(metrics.snapshot().claims, 0);
-//! assert!(metrics.render_prometheus().contains("oncely_claims_total 0"));
-//! ```
+//! The layer's counters: [`Metrics`] (its docs say what is sent where); docs/DESIGN.md,
+//! "Counters".
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
     ($( $(#[$doc:meta])* $name:ident => $help:literal ),* $(,)?) => {
         /// The layer's counters (monotonic, since the layer was made). Shared by every service
-        /// a layer makes; get it from [`IdempotencyLayer::metrics`](crate::IdempotencyLayer::metrics).
+        /// a layer makes; get it from
+        /// [`IdempotencyLayer::metrics`](crate::IdempotencyLayer::metrics).
+        ///
+        /// One mechanism: every counter is sent through the [`metrics`] facade to whatever
+        /// recorder the application installed (`metrics-exporter-prometheus`, ...; with none
+        /// installed the facade drops them), and the same increment bumps this in-process
+        /// reading, [`Metrics::snapshot`] (one layer's counts, for tests and for code that reads
+        /// them). One list of counters feeds both; see docs/DESIGN.md, "Counters".
+        ///
+        /// The facade's series are `oncely_<name>_total` ([`MetricsSnapshot`]'s fields:
+        /// `oncely_claims_total`, ...) with the labels `route` (axum's matched path template,
+        /// `unknown` outside axum) and `store` (set with [`Metrics::set_store_label`]), plus, in
+        /// the facade only:
+        ///
+        /// - `oncely_requests_total{route, outcome, store}`: one per claim attempt, `outcome`
+        ///   one of `claimed`, `replayed`, `in_flight`, `mismatch`, `needs_attention`,
+        ///   `store_error`;
+        /// - `oncely_claim_duration_seconds{route, outcome, store}`: a histogram of the claim's
+        ///   latency (the store's claim call, seconds);
+        /// - `oncely_store_operation_duration_seconds{store, outcome}`: a histogram of every
+        ///   store call the layer makes (claim, reads, renewals, releases; `outcome` `ok` or
+        ///   `error`).
+        ///
+        /// [`Metrics::describe`] gives the installed recorder every series' help text (the
+        /// `# HELP` lines of a Prometheus exporter).
+        ///
+        /// ```
+        /// use oncely_core::MemoryStore;
+        /// use oncely_tower::IdempotencyLayer;
+        /// use std::sync::Arc;
+        ///
+        /// let layer = IdempotencyLayer::new(Arc::new(MemoryStore::new()));
+        /// let metrics = layer.metrics(); // shared with every service the layer makes
+        /// assert_eq!(metrics.snapshot().claims, 0);
+        /// ```
         #[derive(Debug, Default)]
         pub struct Metrics {
             $( $name: AtomicU64, )*
@@ -38,7 +48,8 @@ macro_rules! counters {
             store: std::sync::OnceLock<&'static str>,
         }
 
-        /// A point-in-time copy of [`Metrics`].
+        /// A point-in-time copy of [`Metrics`]; each field counts what the facade's
+        /// `oncely_<field>_total` series counts, for this layer alone.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         #[non_exhaustive]
         pub struct MetricsSnapshot {
@@ -52,19 +63,6 @@ macro_rules! counters {
                     $( $name: self.$name.load(Ordering::Relaxed), )*
                 }
             }
-
-            /// The counters in the Prometheus text exposition format (version 0.0.4), one
-            /// `oncely_<name>_total` counter each, with `# HELP` and `# TYPE` lines.
-            pub fn render_prometheus(&self) -> String {
-                let s = self.snapshot();
-                let mut out = String::new();
-                $(
-                    let _ = writeln!(out, "# HELP oncely_{}_total {}", stringify!($name), $help);
-                    let _ = writeln!(out, "# TYPE oncely_{}_total counter", stringify!($name));
-                    let _ = writeln!(out, "oncely_{}_total {}", stringify!($name), s.$name);
-                )*
-                out
-            }
         }
 
         #[derive(Debug, Clone, Copy)]
@@ -73,20 +71,34 @@ macro_rules! counters {
             $( $name, )*
         }
 
+        impl Counter {
+            /// Every counter, in the order of [`MetricsSnapshot`]'s fields.
+            const ALL: &[Counter] = &[$( Counter::$name, )*];
+
+            /// The facade's name: `oncely_<name>_total`.
+            const fn series(self) -> &'static str {
+                match self {
+                    $( Counter::$name => concat!("oncely_", stringify!($name), "_total"), )*
+                }
+            }
+
+            /// The help text (the exporter's `# HELP` line).
+            const fn help(self) -> &'static str {
+                match self {
+                    $( Counter::$name => $help, )*
+                }
+            }
+        }
+
         impl Metrics {
+            /// The one record path of every counter: the in-process reading and the facade.
             pub(crate) fn inc(&self, c: Counter) {
                 let a = match c {
                     $( Counter::$name => &self.$name, )*
                 };
                 a.fetch_add(1, Ordering::Relaxed);
-                #[cfg(feature = "metrics")]
-                {
-                    let name = match c {
-                        $( Counter::$name => concat!("oncely_", stringify!($name), "_total"), )*
-                    };
-                    metrics::counter!(name, "route" => facade::route(), "store" => self.store_label())
-                        .increment(1);
-                }
+                metrics::counter!(c.series(), "route" => facade::route(), "store" => self.store_label())
+                    .increment(1);
             }
         }
     };
@@ -127,7 +139,7 @@ counters! {
 impl Metrics {
     /// Names the store in the `store` label of the `metrics` facade's series (`sqlite`,
     /// `postgres`, `redis`, ...; `unknown` until set). The first call wins: one layer has one
-    /// store. Without the `metrics` feature the label is kept but not used.
+    /// store.
     pub fn set_store_label(&self, store: &'static str) {
         let _ = self.store.set(store);
     }
@@ -138,9 +150,34 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// Describes every series the layer sends (the counters, `oncely_requests_total` and the
+    /// two histograms, in seconds) to the recorder installed now: the help text a Prometheus
+    /// exporter prints as `# HELP`. Call it once after installing the recorder (a recorder
+    /// installed later misses the descriptions, never the values).
+    pub fn describe() {
+        for c in Counter::ALL {
+            metrics::describe_counter!(c.series(), c.help());
+        }
+        metrics::describe_counter!(
+            "oncely_requests_total",
+            "Claim attempts, by outcome (claimed, replayed, in_flight, mismatch, needs_attention, store_error)."
+        );
+        metrics::describe_histogram!(
+            "oncely_claim_duration_seconds",
+            metrics::Unit::Seconds,
+            "The store's claim call, by outcome."
+        );
+        metrics::describe_histogram!(
+            "oncely_store_operation_duration_seconds",
+            metrics::Unit::Seconds,
+            "Every store call the layer makes, by outcome (ok, error)."
+        );
+    }
+}
+
 /// The facade's side: the request's route (a task-local scoped to the request's future, so
 /// every counter bumped while it runs carries it) and the histograms.
-#[cfg(feature = "metrics")]
 pub(crate) mod facade {
     use std::sync::Arc;
     use std::time::Duration;
@@ -181,20 +218,49 @@ pub(crate) mod facade {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use std::collections::HashMap;
 
     #[test]
-    fn counts_and_renders() {
+    fn one_increment_reaches_the_snapshot_and_the_facade() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
         let m = Metrics::default();
-        m.inc(Counter::claims);
-        m.inc(Counter::claims);
-        m.inc(Counter::key_invalid);
+        m.set_store_label("sqlite");
+        metrics::with_local_recorder(&recorder, || {
+            Metrics::describe();
+            m.inc(Counter::claims);
+            m.inc(Counter::claims);
+            m.inc(Counter::key_invalid);
+        });
         let s = m.snapshot();
-        assert_eq!(s.claims, 2);
-        assert_eq!(s.key_invalid, 1);
-        assert_eq!(s.replays, 0);
-        let text = m.render_prometheus();
-        assert!(text.contains("# TYPE oncely_claims_total counter\noncely_claims_total 2\n"));
-        assert!(text.contains("oncely_key_invalid_total 1\n"));
-        assert_eq!(text.lines().count(), 13 * 3);
+        assert_eq!((s.claims, s.key_invalid, s.replays), (2, 1, 0));
+        let seen: HashMap<String, (Vec<String>, Option<String>, DebugValue)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, description, value)| {
+                let labels = key
+                    .key()
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                (
+                    key.key().name().to_owned(),
+                    (labels, description.map(|d| d.to_string()), value),
+                )
+            })
+            .collect();
+        let claims = &seen["oncely_claims_total"];
+        assert_eq!(claims.0, ["route=unknown", "store=sqlite"]);
+        assert_eq!(
+            claims.1.as_deref(),
+            Some("Claims granted (the request executed).")
+        );
+        assert_eq!(claims.2, DebugValue::Counter(2));
+        assert_eq!(seen["oncely_key_invalid_total"].2, DebugValue::Counter(1));
+        // Only what was counted has a series; every counter's name comes from the one list.
+        assert!(!seen.contains_key("oncely_replays_total"));
+        assert_eq!(Counter::ALL.len(), 13);
     }
 }

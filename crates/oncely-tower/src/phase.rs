@@ -24,7 +24,7 @@ impl PhaseFailed {
     /// `503 request_suspended`, retryable, `Retry-After: 1`, whose detail names what failed and
     /// the last committed step (the step's name: a JSON string step, the tag of an externally
     /// tagged enum, or the `step` member of an internally tagged one).
-    pub fn stopped_answer(&self, recovery_point: &str) -> (Problem, Option<u64>) {
+    pub fn stopped_answer(&self, recovery_point: &str) -> Problem {
         let at = step_name(recovery_point).map_or_else(
             || "at its last committed step".to_owned(),
             |s| format!("after its step `{s}`"),
@@ -35,10 +35,7 @@ impl PhaseFailed {
              same Idempotency-Key to resume there",
             self.0
         );
-        (
-            Problem::from_code(ErrorCode::RequestSuspended, &detail),
-            Some(1),
-        )
+        Problem::from_code(ErrorCode::RequestSuspended, &detail).with_retry_after(1)
     }
 }
 

@@ -6,8 +6,9 @@
 //! use oncely_core::{ErrorCode, Problem, StatusProfile, X_SHOULD_RETRY};
 //! use oncely_tower::problem_response;
 //!
-//! let p = Problem::new(ErrorCode::RequestInFlight, StatusProfile::Ietf, "retry later");
-//! let res = problem_response(&p, Some(1));
+//! let p = Problem::new(ErrorCode::RequestInFlight, StatusProfile::Ietf, "retry later")
+//!     .with_retry_after(1);
+//! let res = problem_response(&p);
 //! assert_eq!(res.status(), 409);
 //! assert_eq!(res.headers()["content-type"], "application/problem+json");
 //! assert_eq!(res.headers()["retry-after"], "1");
@@ -24,18 +25,10 @@ use oncely_core::response::Body;
 /// (its status, `Content-Type: application/problem+json`, the JSON body in RFC 9457's member
 /// order, `x-should-retry: true` or `false` from the problem's `retryable`
 /// ([`X_SHOULD_RETRY`](oncely_core::X_SHOULD_RETRY), the Stainless SDK convention)), with
-/// `Retry-After: <seconds>` when `retry_after_secs` (or the problem's own
-/// [`retry_after_secs`](Problem::retry_after_secs)) is given.
-pub fn problem_response(problem: &Problem, retry_after_secs: Option<u64>) -> Response<Body> {
-    let res = match retry_after_secs {
-        Some(secs) if problem.retry_after_secs != Some(secs) => {
-            let mut p = problem.clone();
-            p.retry_after_secs = Some(secs);
-            p.to_http_response()
-        }
-        _ => problem.to_http_response(),
-    };
-    res.map(|body| {
+/// `Retry-After: <seconds>` when the problem's [`retry_after_secs`](Problem::retry_after_secs)
+/// is set (the one channel of the delay: set it with [`Problem::with_retry_after`]).
+pub fn problem_response(problem: &Problem) -> Response<Body> {
+    problem.to_http_response().map(|body| {
         Full::new(Bytes::from(body))
             .map_err(|never| match never {})
             .boxed_unsync()

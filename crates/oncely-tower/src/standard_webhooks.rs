@@ -465,7 +465,7 @@ fn headers_invalid(detail: &str) -> Response<Body> {
 }
 
 fn refuse(code: ErrorCode, detail: &str) -> Response<Body> {
-    let mut res = problem_response(&Problem::from_code(code, detail), None);
+    let mut res = problem_response(&Problem::from_code(code, detail));
     if res.status() == http::StatusCode::UNAUTHORIZED {
         res.headers_mut().insert(
             http::header::WWW_AUTHENTICATE,

@@ -11,13 +11,11 @@ pub(crate) async fn timed<T>(
     config: &Config,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
-    #[cfg(feature = "metrics")]
     let started = std::time::Instant::now();
     let result = match tokio::time::timeout(config.store_timeout, call).await {
         Ok(r) => r,
         Err(elapsed) => Err(StoreError::unavailable(elapsed)),
     };
-    #[cfg(feature = "metrics")]
     crate::metrics::facade::store_call(
         config.metrics.store_label(),
         result.is_ok(),

@@ -4,7 +4,6 @@
 mod common;
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Extension, Router};
@@ -1163,14 +1162,43 @@ async fn works_on_a_plain_tower_service_with_any_body() {
 }
 
 #[tokio::test]
-async fn metrics_render_for_prometheus() {
+async fn the_counters_reach_the_metrics_facade_with_route_and_store() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // The test runtime runs on this thread alone: every increment goes to this recorder.
+    let _guard = metrics::set_default_local_recorder(&recorder);
     let (app, _, _, layer) = setup();
+    layer.metrics().set_store_label("memory");
     send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
     send(&app, post_req("/v1/orders", "a", Some("k"), "{}")).await;
     send(&app, post_req("/v1/orders", "a", Some("k"), r#"{"x":1}"#)).await;
-    let text = layer.metrics().render_prometheus();
-    assert!(text.contains("oncely_claims_total 1\n"), "{text}");
-    assert!(text.contains("oncely_replays_total 1\n"));
-    assert!(text.contains("oncely_mismatches_total 1\n"));
-    let _: Request = post_req("/", "a", None, "");
+    let seen: std::collections::HashMap<(String, Vec<String>), DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let labels = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            ((key.key().name().to_owned(), labels), value)
+        })
+        .collect();
+    let labels = vec!["route=/v1/orders".to_owned(), "store=memory".to_owned()];
+    for name in [
+        "oncely_claims_total",
+        "oncely_replays_total",
+        "oncely_mismatches_total",
+    ] {
+        assert_eq!(
+            seen.get(&(name.to_owned(), labels.clone())),
+            Some(&DebugValue::Counter(1)),
+            "{name} in {seen:?}"
+        );
+    }
+    // The in-process reading counts the same increments.
+    let m = layer.metrics().snapshot();
+    assert_eq!((m.claims, m.replays, m.mismatches), (1, 1, 1));
 }

@@ -6,7 +6,6 @@ use super::store::Opened;
 use anyhow::{Context as _, Result};
 use oncely_core::{Maintenance, Policy};
 use oncely_jobs::{CompleterCounters, CompleterReport, ReaperCounters};
-use oncely_tower::Metrics;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -33,7 +32,6 @@ struct Inner {
     processor_url: String,
     crash_after: Option<String>,
     policy: Policy,
-    metrics: Arc<Metrics>,
     drain: Option<oncely_tower::Drain>,
     payments_created: AtomicU64,
     reaper: OnceLock<Arc<ReaperCounters>>,
@@ -58,8 +56,8 @@ pub struct Counts {
 
 impl App {
     /// The state over `opened`: `processor_url` is the outside systems' base URL, `crash_after`
-    /// the `--crash-after` recovery point, `metrics` and `drain` the layer's (`drain` is `None`
-    /// without the layer).
+    /// the `--crash-after` recovery point, `drain` the layer's (`None` without the layer; the
+    /// layer's counters reach `/metrics` through the `metrics` facade, not through the state).
     ///
     /// # Errors
     ///
@@ -70,7 +68,6 @@ impl App {
         processor_timeout: Duration,
         crash_after: Option<String>,
         policy: Policy,
-        metrics: Arc<Metrics>,
         drain: Option<oncely_tower::Drain>,
     ) -> Result<Self> {
         Ok(Self {
@@ -83,7 +80,6 @@ impl App {
                 processor_url: processor_url.trim_end_matches('/').to_owned(),
                 crash_after,
                 policy,
-                metrics,
                 drain,
                 payments_created: AtomicU64::new(0),
                 reaper: OnceLock::new(),
@@ -105,11 +101,6 @@ impl App {
     /// The idempotency policy the server runs with.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
-    }
-
-    /// The idempotency layer's metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.inner.metrics
     }
 
     /// The layer's graceful-shutdown handle (`None` without the layer).

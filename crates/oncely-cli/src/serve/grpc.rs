@@ -161,7 +161,11 @@ async fn grpc_failure(res: Response) -> Response {
         v["detail"].as_str().unwrap_or("the request failed"),
     )
     .with_retryable(v["retryable"].as_bool().unwrap_or(false));
-    let mut out = status_response(oncely_grpc::status_of(&problem, retry_after)).into_response();
+    let problem = match retry_after {
+        Some(secs) => problem.with_retry_after(secs),
+        None => problem,
+    };
+    let mut out = status_response(oncely_grpc::status_of(&problem)).into_response();
     *out.extensions_mut() = parts.extensions;
     out
 }

@@ -5,8 +5,8 @@
 //!
 //! | series | type | labels |
 //! |---|---|---|
-//! | `oncely_<counter>_total` (`claims`, `replays`, `in_flight_conflicts`, `mismatches`, `lease_takeovers`, `fencing_rejections`, `store_errors`, `released`, `not_retained`, `key_missing`, `key_invalid`, `body_not_canonicalizable`) | counter | `route`, `store` |
-//! | `oncely_requests_total` | counter | `route`, `outcome` (`claimed`, `replayed`, `in_flight`, `mismatch`, `store_error`), `store` |
+//! | `oncely_<counter>_total` (`claims`, `replays`, `in_flight_conflicts`, `mismatches`, `lease_takeovers`, `fencing_rejections`, `store_errors`, `released`, `not_retained`, `key_missing`, `key_invalid`, `body_not_canonicalizable`, `needs_attention`: `oncely_tower::MetricsSnapshot`'s fields) | counter | `route`, `store` |
+//! | `oncely_requests_total` | counter | `route`, `outcome` (`claimed`, `replayed`, `in_flight`, `mismatch`, `needs_attention`, `store_error`), `store` |
 //! | `oncely_claim_duration_seconds` | histogram | `route`, `outcome`, `store` |
 //! | `oncely_store_operation_duration_seconds` | histogram | `store`, `outcome` (`ok`, `error`) |
 //! | `oncely_payments_created_total`, `oncely_reaped_total`, `oncely_orphaned_total` | counter | — |
@@ -28,18 +28,23 @@ const BUCKETS_SECONDS: [f64; 14] = [
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
-/// Installs the Prometheus recorder as the global `metrics` recorder, once per process. If
-/// another recorder was installed first (an embedding application's), `/metrics` shows only
-/// this server's own counters and a comment saying so.
+/// Installs the Prometheus recorder as the global `metrics` recorder, once per process, and
+/// describes the layer's and the client SDK's series to it (their `# HELP` lines). If another
+/// recorder was installed first (an embedding application's), every series goes to that one
+/// and `/metrics` answers a comment saying so.
 pub fn install() {
     HANDLE.get_or_init(|| {
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &BUCKETS_SECONDS)
             .ok()?;
         match builder.install_recorder() {
-            Ok(handle) => Some(handle),
+            Ok(handle) => {
+                oncely_tower::Metrics::describe();
+                oncely_client::RetryMetrics::describe();
+                Some(handle)
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "another metrics recorder is installed; /metrics shows only the server's own counters");
+                tracing::warn!(error = %e, "another metrics recorder is installed; it gets every series and /metrics shows none");
                 None
             }
         }
@@ -97,10 +102,8 @@ pub async fn metrics(State(app): State<App>) -> Response {
     }
     let text = match HANDLE.get().and_then(Option::as_ref) {
         Some(handle) => handle.render(),
-        None => format!(
-            "# another metrics recorder is installed in this process\n{}",
-            app.metrics().render_prometheus()
-        ),
+        None => "# another metrics recorder is installed in this process: it has every series\n"
+            .to_owned(),
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -88,7 +88,6 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
         cfg.processor_timeout,
         cfg.crash_after.clone(),
         cfg.policy.clone(),
-        layer.metrics(),
         (!cfg.idempotency_off).then(|| {
             layer
                 .drain()

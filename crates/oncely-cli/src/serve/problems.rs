@@ -149,10 +149,11 @@ mod tests {
     #[tokio::test]
     async fn server_and_layer_problems_have_the_same_shape() {
         let uri: axum::http::Uri = "/nowhere".parse().unwrap();
-        let layer = oncely_tower::problem_response(
-            &Problem::new(ErrorCode::KeyMissing, StatusProfile::Ietf, "send one"),
-            None,
-        )
+        let layer = oncely_tower::problem_response(&Problem::new(
+            ErrorCode::KeyMissing,
+            StatusProfile::Ietf,
+            "send one",
+        ))
         .map(axum::body::Body::new);
         let (status, layer_headers, layer_body) = parts_of(layer).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);

@@ -82,11 +82,9 @@ pub(crate) async fn claim_key(
         policy.retention,
     )
     .with_request(Some(request));
-    #[cfg(feature = "metrics")]
     let started = std::time::Instant::now();
     let sent = config.clock.now_millis();
     let outcome = timed(config, config.claimer.claim(claim, extensions)).await;
-    #[cfg(feature = "metrics")]
     crate::metrics::facade::claim(
         config.metrics.store_label(),
         match &outcome {

@@ -208,18 +208,17 @@ async fn transactional_end(
     }
     if ended_behind {
         tracing::error!(scope = %claim.id().scope, key = %claim.id().key, token = claim.token().0, "the handler ended its idempotent transaction itself (COMMIT or ROLLBACK through the Tx): nothing of this phase is recorded, and the key is not released (writes may have committed outside the phase)");
-        return config.dialect.render(&crate::phase::ended_problem(), None);
+        return config.dialect.render(&crate::phase::ended_problem());
     }
     if let (Some(failed), Some(rp)) = (res.extensions().get::<PhaseFailed>(), &recovery_point) {
-        let (p, retry_after) = failed.stopped_answer(rp);
-        return config.dialect.render(&p, retry_after);
+        return config.dialect.render(&failed.stopped_answer(rp));
     }
     if lost_writes {
         let p = Problem::from_code(
             ErrorCode::HandlerDidNotCommit,
             "the server answered success without committing this request's transaction, so nothing of its last step was kept: a server bug, not retried automatically; tell the API's operator",
         );
-        return config.dialect.render(&p, None);
+        return config.dialect.render(&p);
     }
     res
 }

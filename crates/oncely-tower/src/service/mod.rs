@@ -134,10 +134,8 @@ where
         // leave a clone in its place (the usual tower idiom).
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        #[cfg(feature = "metrics")]
         let route = route_label(&req);
         let fut = handle(Arc::clone(&self.config), inner, req);
-        #[cfg(feature = "metrics")]
         let fut = crate::metrics::facade::scoped(route, fut);
         ResponseFuture::new(Box::pin(fut))
     }
@@ -145,7 +143,6 @@ where
 
 /// The `route` label: axum's matched path template (`/v1/payments/{id}`), never the raw path
 /// (one series per id would have no bound); `unknown` without one.
-#[cfg(feature = "metrics")]
 fn route_label<B>(req: &Request<B>) -> Arc<str> {
     #[cfg(feature = "axum")]
     if let Some(p) = req.extensions().get::<axum::extract::MatchedPath>() {

@@ -227,7 +227,7 @@ where
                 ErrorCode::RequestBodyUnreadable,
                 "the request body could not be read completely; nothing was executed",
             );
-            Err(config.dialect.render(&p, None))
+            Err(config.dialect.render(&p))
         }
     }
 }
