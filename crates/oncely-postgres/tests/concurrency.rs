@@ -23,8 +23,15 @@ struct Tally {
 }
 
 /// Fires `TASKS` concurrent claims of `id`, round-robin over `stores`; every granted claim
-/// counts one "side effect".
-async fn storm(stores: &[Arc<PostgresStore>], id: &RecordKey, effects: &AtomicU64) -> Tally {
+/// counts one "side effect". Through `KeyStore::claim`, or through the claim of a
+/// transactional handler (`PostgresStore::claim_tx`) when `transactional`, whose granted claim
+/// commits its transaction at once (the handler's first phase, with its one side effect).
+async fn storm_by(
+    stores: &[Arc<PostgresStore>],
+    id: &RecordKey,
+    effects: &AtomicU64,
+    transactional: bool,
+) -> Tally {
     let start = Arc::new(tokio::sync::Barrier::new(TASKS));
     let mut tasks = Vec::with_capacity(TASKS);
     for i in 0..TASKS {
@@ -33,7 +40,16 @@ async fn storm(stores: &[Arc<PostgresStore>], id: &RecordKey, effects: &AtomicU6
         let start = start.clone();
         tasks.push(tokio::spawn(async move {
             start.wait().await;
-            store.claim(req).await
+            if !transactional {
+                return store.claim(req).await;
+            }
+            let (outcome, tx) = store.claim_tx(&req).await?;
+            if let Some(tx) = tx {
+                tx.commit()
+                    .await
+                    .map_err(oncely_core::StoreError::unavailable)?;
+            }
+            Ok(outcome)
         }));
     }
     let mut tally = Tally::default();
@@ -71,10 +87,27 @@ async fn instances(
 /// one is granted (one side effect), 299 see it in flight. After the lease lapses, 300 more:
 /// exactly one takeover. After completion, 300 more: 300 byte-identical replays. 10 runs.
 async fn one_winner_runs(settings: &[(&str, &str)], runs: usize) {
+    one_winner_runs_by(settings, runs, None).await;
+}
+
+/// [`one_winner_runs`] through `KeyStore::claim` (`None`), or through the claim of a
+/// transactional handler (see [`storm_by`]) with its claim sent with the `BEGIN` or not.
+async fn one_winner_runs_by(settings: &[(&str, &str)], runs: usize, with_begin: Option<bool>) {
     let clock = ManualClock::starting_now();
     let Some(stores) = instances(&clock, settings).await else {
         return;
     };
+    let stores: Vec<_> = stores
+        .iter()
+        .map(|s| {
+            Arc::new(
+                (**s)
+                    .clone()
+                    .with_claim_sent_with_begin(with_begin == Some(true)),
+            )
+        })
+        .collect();
+    let transactional = with_begin.is_some();
     for run in 0..runs {
         let id = RecordKey::new(
             common::fresh_scope("storm"),
@@ -82,13 +115,13 @@ async fn one_winner_runs(settings: &[(&str, &str)], runs: usize) {
         );
         let effects = AtomicU64::new(0);
 
-        let first = storm(&stores, &id, &effects).await;
+        let first = storm_by(&stores, &id, &effects, transactional).await;
         assert_eq!(first.claimed, vec![(ClaimKind::New, 1)], "run {run}");
         assert_eq!(first.in_flight, TASKS - 1, "run {run}");
         assert_eq!(effects.load(Ordering::SeqCst), 1, "run {run}");
 
         clock.advance(LEASE + Duration::from_millis(1));
-        let takeover = storm(&stores, &id, &effects).await;
+        let takeover = storm_by(&stores, &id, &effects, transactional).await;
         assert_eq!(
             takeover.claimed,
             vec![(ClaimKind::Takeover, 2)],
@@ -106,7 +139,7 @@ async fn one_winner_runs(settings: &[(&str, &str)], runs: usize) {
             )
             .await
             .unwrap();
-        let replay = storm(&stores, &id, &effects).await;
+        let replay = storm_by(&stores, &id, &effects, transactional).await;
         assert_eq!(replay.replays, TASKS, "run {run}");
         assert_eq!(
             effects.load(Ordering::SeqCst),
@@ -119,6 +152,15 @@ async fn one_winner_runs(settings: &[(&str, &str)], runs: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_hundred_claims_one_winner_across_instances() {
     one_winner_runs(&[], 10).await;
+}
+
+/// [`one_winner_runs`] for the claim of a transactional handler, with the claim after its
+/// `BEGIN` and sent with it (`PostgresStore::with_claim_sent_with_begin`), 10 runs each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_hundred_transactional_claims_one_winner_across_instances() {
+    for with_begin in [false, true] {
+        one_winner_runs_by(&[], 10, Some(with_begin)).await;
+    }
 }
 
 /// Under SERIALIZABLE, concurrent claims of one key raise serialization failures (40001) in
