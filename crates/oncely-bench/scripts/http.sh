@@ -8,7 +8,10 @@
 # PostgreSQL or Redis, which adds R to every round trip; memory and SQLite have no network.
 #
 # Usage: crates/oncely-bench/scripts/http.sh [STORES] [SECONDS] [CONCURRENCY] [ROUNDS]
-#   STORES: space-separated subset of "memory sqlite postgres redis" (default: all four)
+#   STORES: space-separated subset of "memory sqlite postgres postgres-fewest redis" (default:
+#           memory sqlite postgres redis); postgres-fewest is postgres with the layer's server
+#           started with --pg-fewest-round-trips (the claim sent with the BEGIN, the completion
+#           with the COMMIT)
 #   env ONCELY_BENCH_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/oncely_bench)
 #   env ONCELY_BENCH_REDIS_URL    (default redis://127.0.0.1:6379?accept_volatile=true: benchmark
 #                                 records are throwaway, so a Redis that persists nothing is accepted)
@@ -84,6 +87,8 @@ for store in $STORES; do
     sqlite)   on=(--store "$TMP/on.sqlite3");      off=(--store "$TMP/off.sqlite3") ;;
     postgres) pg=$(via "$PG")
               on=(--store "$pg");                  off=(--store "$pg") ;;
+    postgres-fewest) pg=$(via "$PG")
+              on=(--store "$pg" --pg-fewest-round-trips); off=(--store "$pg") ;;
     redis)    redis=$(via "$REDIS")
               on=(--store "$redis" --business-db "$TMP/on-biz.sqlite3")
               off=(--store "$redis" --business-db "$TMP/off-biz.sqlite3") ;;

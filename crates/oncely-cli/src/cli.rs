@@ -206,6 +206,14 @@ pub enum Command {
         /// Where business data goes with the memory or Redis key store (embedded SQLite).
         #[arg(long)]
         business_db: Option<String>,
+        /// PostgreSQL only: send each transactional claim with its transaction's BEGIN and
+        /// each final completion with its COMMIT, one message each, so that a first execution
+        /// makes as many round trips as the same handler without idempotency. For a database
+        /// across a network (a round trip of 0.3 ms or more); off by default, because each
+        /// message is planned anew and each replay's failed insert is logged by the server
+        /// (docs/DESIGN.md, "The claim goes out with the begin").
+        #[arg(long)]
+        pg_fewest_round_trips: bool,
         /// TESTING ONLY: kill the process (SIGKILL) right after this recovery point commits
         /// (payment_recorded, charge_created, receipt_sent, response_stored; webhook_applied:
         /// after a webhook event's transaction committed, before its answer is sent).
@@ -294,6 +302,10 @@ pub enum Command {
         /// "The fleet run"). For SDKs in other languages.
         #[arg(long)]
         client_command: Option<String>,
+        /// Start the API servers with `--pg-fewest-round-trips` (PostgreSQL only: each claim
+        /// sent with its BEGIN, each final completion with its COMMIT).
+        #[arg(long)]
+        pg_fewest_round_trips: bool,
     },
     /// Print the integrator contract (Markdown) from the live configuration.
     Contract {

@@ -131,6 +131,7 @@ async fn run(cli: Cli) -> Result<bool> {
             processor_url,
             processor_timeout_ms,
             business_db,
+            pg_fewest_round_trips,
             crash_after,
             completer_grace_ms,
             completer_every_ms,
@@ -160,6 +161,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 crash_after,
                 policy: policy.policy(),
                 business_path: business_db,
+                pg_fewest_round_trips,
                 completer_grace: (!no_completer).then(|| Duration::from_millis(completer_grace_ms)),
                 idempotency_off: idempotency == "off",
                 webhook_secret,
@@ -212,6 +214,7 @@ async fn run(cli: Cli) -> Result<bool> {
             json,
             only,
             client_command,
+            pg_fewest_round_trips,
         } => {
             gates::run(gates::GatesConfig {
                 store,
@@ -222,6 +225,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 json,
                 only,
                 client_command,
+                pg_fewest_round_trips,
             })
             .await
         }

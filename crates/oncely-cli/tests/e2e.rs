@@ -573,14 +573,16 @@ fn gates_pass_on_the_embedded_default() {
 }
 
 /// Every gate once on three API processes sharing `url` (the key store and the business
-/// tables in one database); then `runs` times 300 concurrent identical requests spread across
-/// them, zero failures.
-fn gates_pass_with_three_servers(url: &str, runs: usize) {
-    let report = gates(&["--store", url, "--fleet-clients", "4", "--fleet-calls", "5"]);
+/// tables in one database), given `flags` as well; then `runs` times 300 concurrent identical
+/// requests spread across them, zero failures.
+fn gates_pass_with_three_servers(url: &str, runs: usize, flags: &[&str]) {
+    let args = ["--store", url, "--fleet-clients", "4", "--fleet-calls", "5"];
+    let report = gates(&[&args[..], flags].concat());
     assert_all_gates_pass(&report);
     assert_eq!(report["gates"][0]["details"]["servers"], 3);
     for run in 0..runs {
-        let report = gates(&["--store", url, "-n", "300", "--only", "concurrency"]);
+        let args = ["--store", url, "-n", "300", "--only", "concurrency"];
+        let report = gates(&[&args[..], flags].concat());
         assert_eq!(report["passed"], true, "run {run}: {report:#}");
         let c = &report["gates"][0]["details"];
         assert_eq!(c["servers"], 3);
@@ -601,7 +603,21 @@ fn gates_pass_on_postgres_with_three_servers() {
     };
     // The acceptance: 300 concurrent identical requests across 3 API processes sharing
     // one PostgreSQL, 10 times.
-    gates_pass_with_three_servers(&url, 10);
+    gates_pass_with_three_servers(&url, 10, &[]);
+}
+
+/// The same on the PostgreSQL paths with the fewest round trips (`--pg-fewest-round-trips`:
+/// the claim sent with the `BEGIN`, the completion with the `COMMIT`): every gate once, then
+/// 300 concurrent identical requests across the 3 processes, 10 times.
+#[test]
+fn gates_pass_on_postgres_with_the_fewest_round_trips() {
+    let Ok(url) = std::env::var("ONCELY_TEST_POSTGRES_URL") else {
+        eprintln!(
+            "skipped: ONCELY_TEST_POSTGRES_URL is unset (e.g. postgres://postgres@127.0.0.1:5432/test)"
+        );
+        return;
+    };
+    gates_pass_with_three_servers(&url, 10, &["--pg-fewest-round-trips"]);
 }
 
 #[test]
@@ -612,7 +628,7 @@ fn gates_pass_on_mysql_with_three_servers() {
         );
         return;
     };
-    gates_pass_with_three_servers(&url, 3);
+    gates_pass_with_three_servers(&url, 3, &[]);
 }
 
 /// `url` with the query parameter `param` added.

@@ -5,7 +5,8 @@
 
 use crate::fixtures::{LEASE, RETENTION, claim_req, fp, tricky_response};
 use oncely_core::{
-    ClaimKind, ClaimOutcome, Clock, FencingToken, KeyStore, ManualClock, RecordKey, RecordState,
+    ClaimKind, ClaimOutcome, ClaimRequest, Clock, FencingToken, KeyStore, ManualClock, RecordKey,
+    RecordState, StoreError,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -37,15 +38,41 @@ pub async fn storm<S: KeyStore>(
     tasks: usize,
     effects: &AtomicU64,
 ) -> Tally {
+    storm_by(stores, id, tasks, effects, |store, req| async move {
+        store.claim(req).await
+    })
+    .await
+}
+
+/// [`storm`] with each claim made by `claim` (a store's own claim path, such as a
+/// transactional handler's claim that commits its transaction) instead of
+/// [`KeyStore::claim`].
+///
+/// # Panics
+///
+/// As [`storm`].
+pub async fn storm_by<S, F, Fut>(
+    stores: &[Arc<S>],
+    id: &RecordKey,
+    tasks: usize,
+    effects: &AtomicU64,
+    claim: F,
+) -> Tally
+where
+    S: Send + Sync + 'static,
+    F: Fn(Arc<S>, ClaimRequest) -> Fut,
+    Fut: Future<Output = Result<ClaimOutcome, StoreError>> + Send + 'static,
+{
     let start = Arc::new(tokio::sync::Barrier::new(tasks));
     let mut handles = Vec::with_capacity(tasks);
     for i in 0..tasks {
         let store = stores[i % stores.len()].clone();
-        let req = claim_req(id, r#"{"amount":100}"#);
+        // Not started until awaited, after the barrier.
+        let claimed = claim(store, claim_req(id, r#"{"amount":100}"#));
         let start = start.clone();
         handles.push(tokio::spawn(async move {
             start.wait().await;
-            store.claim(req).await
+            claimed.await
         }));
     }
     let mut tally = Tally::default();
@@ -82,17 +109,46 @@ pub async fn one_winner_across_instances<S: KeyStore>(
     tasks: usize,
     runs: usize,
 ) {
+    one_winner_across_instances_by(
+        stores,
+        clock,
+        fresh_id,
+        tasks,
+        runs,
+        |store, req| async move { store.claim(req).await },
+    )
+    .await;
+}
+
+/// [`one_winner_across_instances`] with each claim made by `claim` (see [`storm_by`]); the
+/// completion before the replays is [`KeyStore::complete`].
+///
+/// # Panics
+///
+/// As [`one_winner_across_instances`].
+pub async fn one_winner_across_instances_by<S, F, Fut>(
+    stores: &[Arc<S>],
+    clock: &ManualClock,
+    fresh_id: impl Fn() -> RecordKey,
+    tasks: usize,
+    runs: usize,
+    claim: F,
+) where
+    S: KeyStore,
+    F: Fn(Arc<S>, ClaimRequest) -> Fut,
+    Fut: Future<Output = Result<ClaimOutcome, StoreError>> + Send + 'static,
+{
     for run in 0..runs {
         let id = fresh_id();
         let effects = AtomicU64::new(0);
 
-        let first = storm(stores, &id, tasks, &effects).await;
+        let first = storm_by(stores, &id, tasks, &effects, &claim).await;
         assert_eq!(first.claimed, vec![(ClaimKind::New, 1)], "run {run}");
         assert_eq!(first.in_flight, tasks - 1, "run {run}");
         assert_eq!(effects.load(Ordering::SeqCst), 1, "run {run}");
 
         clock.advance(LEASE + Duration::from_millis(1));
-        let takeover = storm(stores, &id, tasks, &effects).await;
+        let takeover = storm_by(stores, &id, tasks, &effects, &claim).await;
         assert_eq!(
             takeover.claimed,
             vec![(ClaimKind::Takeover, 2)],
@@ -105,7 +161,7 @@ pub async fn one_winner_across_instances<S: KeyStore>(
             .complete(&id, FencingToken(2), tricky_response(), RETENTION)
             .await
             .unwrap();
-        let replay = storm(stores, &id, tasks, &effects).await;
+        let replay = storm_by(stores, &id, tasks, &effects, &claim).await;
         assert_eq!(replay.replays, tasks, "run {run}");
         assert_eq!(
             effects.load(Ordering::SeqCst),

@@ -7,7 +7,7 @@
 
 use crate::error::{PostgresStoreError, map, retry_transient};
 use crate::sql;
-use crate::store::PostgresStore;
+use crate::store::{PostgresStore, duration_millis_u64};
 use crate::within::read;
 use oncely_core::clock::duration_millis;
 use oncely_core::store::lease_millis;
@@ -47,6 +47,19 @@ pub(crate) enum ClaimPath {
     /// the phase's bound once it holds the key; a wait past the try's bound is returned as the
     /// lock timeout, for `claim_tx` to try again with no connection held in between.
     Claimer,
+}
+
+/// What one try of a claim sent with its `BEGIN` came to.
+enum BeginTry {
+    /// A new key, claimed in the returned open transaction.
+    Claimed(ClaimOutcome, sqlx::Transaction<'static, sqlx::Postgres>),
+    /// The existing record's answer (a replay, in flight, a mismatch): no transaction.
+    Answer(ClaimOutcome),
+    /// Another open transaction holds the key past the try's wait.
+    Held,
+    /// The existing record is to be claimed (a takeover, a claim anew), or was reaped: the
+    /// usual try does it.
+    Exists,
 }
 
 /// What one claim round writes, from one reading of the clock.
@@ -106,33 +119,95 @@ impl PostgresStore {
         let started = std::time::Instant::now();
         let mut pause = Self::CLAIM_PAUSE;
         loop {
-            let mut tx = self
-                .pool()
-                .begin_with(sql::BEGIN_CLAIM)
-                .await
-                .map_err(map)?;
-            match self.claim_on(&mut tx, req, ClaimPath::Claimer).await {
-                Ok(outcome @ ClaimOutcome::Claimed(_)) => return Ok((outcome, Some(tx))),
-                // Nothing was written: dropping `tx` rolls the empty transaction back.
-                Ok(other) => return Ok((other, None)),
-                Err(e) if is_lock_timeout(&e) => {
+            let waited = if self.claim_sent_with_begin() {
+                match self.try_claim_with_begin(req).await? {
+                    BeginTry::Claimed(outcome, tx) => return Ok((outcome, Some(tx))),
+                    BeginTry::Answer(outcome) => return Ok((outcome, None)),
+                    BeginTry::Held => true,
+                    BeginTry::Exists => false,
+                }
+            } else {
+                false
+            };
+            if !waited {
+                let mut tx = self
+                    .pool()
+                    .begin_with(sql::BEGIN_CLAIM)
+                    .await
+                    .map_err(map)?;
+                match self.claim_on(&mut tx, req, ClaimPath::Claimer).await {
+                    Ok(outcome @ ClaimOutcome::Claimed(_)) => return Ok((outcome, Some(tx))),
+                    // Nothing was written: dropping `tx` rolls the empty transaction back.
+                    Ok(other) => return Ok((other, None)),
                     // The aborted transaction's rollback is queued, and its connection goes
                     // back to the pool for the pause.
-                    drop(tx);
-                    let left = Self::CLAIM_WAIT.saturating_sub(started.elapsed());
-                    if left.is_zero() {
-                        return Ok((
-                            ClaimOutcome::InFlight {
-                                lease_expires_at: self.clock().now_millis(),
-                            },
-                            None,
-                        ));
-                    }
-                    tokio::time::sleep(pause.min(left)).await;
-                    pause = (pause * 2).min(Duration::from_millis(200));
+                    Err(e) if is_lock_timeout(&e) => drop(tx),
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
+            let left = Self::CLAIM_WAIT.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Ok((
+                    ClaimOutcome::InFlight {
+                        lease_expires_at: self.clock().now_millis(),
+                    },
+                    None,
+                ));
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// One try of [`claim_tx`](Self::claim_tx) with the claim sent with its `BEGIN`
+    /// ([`with_claim_sent_with_begin`](Self::with_claim_sent_with_begin),
+    /// [`sql::begin_with_claim`]). A new key: claimed, in the open transaction, one round
+    /// trip. A key that exists: its record is read on the pool and [`decide`]d; an answer (a
+    /// replay, in flight, a mismatch) needs no transaction at all, and a claim of the existing
+    /// record (a takeover, a claim anew) is [`BeginTry::Exists`], for the usual try, which
+    /// writes it under its row lock. A key that another open transaction holds past the try's
+    /// wait: [`BeginTry::Held`].
+    async fn try_claim_with_begin(&self, req: &ClaimRequest) -> Result<BeginTry, StoreError> {
+        let now = self.clock().now_millis();
+        let lease_expires_at = now.saturating_add(lease_millis(req.lease));
+        let message = sql::begin_with_claim(
+            req.id.scope.as_str(),
+            req.id.key.as_str(),
+            i32::from(req.fingerprint.version()),
+            &req.fingerprint.digest()[..],
+            lease_expires_at,
+            req.request.as_ref().map(StoredRequest::encode).as_deref(),
+            now,
+            now.saturating_add(duration_millis(req.retention)),
+            duration_millis_u64(Self::CLAIM_TRY_LOCK_TIMEOUT),
+            self.phase_lock_timeout_ms,
+        );
+        match self.pool().begin_with(sqlx::AssertSqlSafe(message)).await {
+            Ok(tx) => Ok(BeginTry::Claimed(
+                ClaimOutcome::Claimed(Claim::new(
+                    FencingToken(1),
+                    lease_expires_at,
+                    ClaimKind::New,
+                )),
+                tx,
+            )),
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => {
+                Ok(BeginTry::Held)
+            }
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+                // The record is committed (an insert that met an uncommitted one waited for it,
+                // and failed on its commit); a statement of its own reads it.
+                match read(self.pool(), &req.id).await? {
+                    Some(existing) => match decide(Some(&existing), req, self.clock().now_millis())
+                    {
+                        Decision::Answer(answer) => Ok(BeginTry::Answer(answer)),
+                        Decision::Claim { .. } => Ok(BeginTry::Exists),
+                    },
+                    // Reaped in between: the usual try inserts it again.
+                    None => Ok(BeginTry::Exists),
+                }
+            }
+            Err(e) => Err(map(e)),
         }
     }
 

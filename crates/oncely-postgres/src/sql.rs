@@ -371,6 +371,50 @@ pub(crate) fn complete_and_commit(
     )
 }
 
+/// The claim of a new key and the `BEGIN` of its transaction as one simple-query message
+/// ([`crate::PostgresStore::with_claim_sent_with_begin`]; docs/DESIGN.md, "The claim goes out
+/// with the begin"): the try's short `lock_timeout` (`try_lock_ms` milliseconds), the claim's
+/// `INSERT` with every value a literal ([`text_literal`], [`bytea_literal`], integers
+/// formatted) and no `ON CONFLICT`, the phase's `lock_timeout` (`phase_lock_ms`) restored, then
+/// `BEGIN`.
+///
+/// The statements before `BEGIN` run in the message's implicit transaction block, which the
+/// `BEGIN` turns into a regular one (PostgreSQL documentation, "Multiple Statements in a
+/// Simple Query"): the claim's row and both `set_config(.., true)` settings belong to the
+/// transaction the handler goes on in. A key that exists fails the insert with `23505
+/// unique_violation`, a wait past `try_lock_ms` for a key another open transaction holds with
+/// `55P03 lock_not_available`; either failure skips the rest of the message and rolls the
+/// implicit transaction back, leaving the connection idle, outside any transaction. The
+/// columns and values are [`INSERT_CLAIM`]'s (token 1, state `in_flight`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn begin_with_claim(
+    scope: &str,
+    key: &str,
+    fingerprint_version: i32,
+    digest: &[u8],
+    lease_expires_at: i64,
+    request: Option<&[u8]>,
+    now: i64,
+    expires_at: i64,
+    try_lock_ms: u64,
+    phase_lock_ms: u64,
+) -> String {
+    let request = request.map_or_else(|| "NULL".to_owned(), bytea_literal);
+    format!(
+        "SELECT set_config('lock_timeout', '{try_lock_ms}ms', true); \
+         INSERT INTO oncely_idempotency_keys \
+         (scope, key, fingerprint_version, fingerprint, token, state, lease_expires_at, request, \
+          created_at, expires_at) \
+         VALUES ({scope}, {key}, CAST({fingerprint_version} AS integer), {digest}, 1, \
+         'in_flight', CAST({lease_expires_at} AS bigint), {request}, CAST({now} AS bigint), \
+         CAST({expires_at} AS bigint)); \
+         SELECT set_config('lock_timeout', '{phase_lock_ms}ms', true); BEGIN",
+        scope = text_literal(scope),
+        key = text_literal(key),
+        digest = bytea_literal(digest),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

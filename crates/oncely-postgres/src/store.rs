@@ -103,6 +103,9 @@ pub struct PostgresStore {
     /// Whether a phase's final completion goes out in one simple-query message with its
     /// `COMMIT` (see [`PostgresStore::with_completion_sent_with_commit`]).
     completion_with_commit: bool,
+    /// Whether a transactional handler's claim goes out with its `BEGIN` in one message (see
+    /// [`PostgresStore::with_claim_sent_with_begin`]).
+    claim_with_begin: bool,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -197,6 +200,7 @@ impl PostgresStore {
             pool_lock_timeout_bounded: false,
             phase_lock_timeout_ms: duration_millis_u64(Self::TX_LOCK_TIMEOUT),
             completion_with_commit: false,
+            claim_with_begin: false,
         }
     }
 
@@ -261,6 +265,40 @@ impl PostgresStore {
         self.completion_with_commit
     }
 
+    /// Sends a transactional handler's claim of a new key with the `BEGIN` of its transaction,
+    /// as one simple-query message, one round trip where the default takes two
+    /// ([`claim_tx`](Self::claim_tx); docs/DESIGN.md, "The claim goes out with the begin").
+    /// Off by default. With
+    /// [`with_completion_sent_with_commit`](Self::with_completion_sent_with_commit) as well, a
+    /// first execution makes as many round trips as the same handler without the layer.
+    ///
+    /// sqlx's `begin_with` reads no rows of its statement, so the message tells only by its
+    /// success or failure: a plain `INSERT` of the claim (no `ON CONFLICT`), then `BEGIN`, which
+    /// turns the message's implicit transaction into the handler's. A key that exists fails the
+    /// insert with a unique violation (`23505`), the message's implicit transaction rolls back
+    /// and the claim reads the record and decides as usual: a replay costs the failed message
+    /// and a read, about as many round trips as without this option. Two costs to weigh:
+    ///
+    /// - the server logs every replay's failed insert as an `ERROR` with its statement (at the
+    ///   default `log_min_error_statement`), which holds the scope, the key and the request's
+    ///   fingerprint (and the request itself, for a route that keeps it for resumption);
+    /// - the insert's values are literals, planned by the server on every claim where the
+    ///   prepared insert reuses its plan.
+    ///
+    /// Turn it on where the database is across a network (a round trip of 0.3 milliseconds or
+    /// more) and a first execution's latency matters more than the database's CPU and logs.
+    #[must_use]
+    pub fn with_claim_sent_with_begin(mut self, on: bool) -> Self {
+        self.claim_with_begin = on;
+        self
+    }
+
+    /// Whether a transactional handler's claim goes out with its `BEGIN`
+    /// ([`with_claim_sent_with_begin`](Self::with_claim_sent_with_begin)).
+    pub fn claim_sent_with_begin(&self) -> bool {
+        self.claim_with_begin
+    }
+
     /// Replaces the clock (the default is [`SystemClock`]).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -317,6 +355,6 @@ impl PostgresStore {
 
 /// A duration in whole milliseconds (at least 1: PostgreSQL reads a `lock_timeout` of 0 as no
 /// limit).
-fn duration_millis_u64(d: Duration) -> u64 {
+pub(crate) fn duration_millis_u64(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }

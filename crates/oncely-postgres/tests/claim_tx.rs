@@ -4,7 +4,8 @@
 //! the key gives the rest of its transaction, the handler's statements, the phase's
 //! `lock_timeout` back: `TX_LOCK_TIMEOUT` (4 seconds), or the pool's shorter declared one.
 //! Checked for a new key (restored by the insert itself) and for a takeover of an existing
-//! record (restored by one more statement), on the three ways a store is made.
+//! record (restored by one more statement), on the three ways a store is made, with the
+//! claim after its `BEGIN` and sent with it (`PostgresStore::with_claim_sent_with_begin`).
 //!
 //! Skipped, with a message, when `ONCELY_TEST_POSTGRES_URL` is unset (`.ci/run` sets it).
 
@@ -87,7 +88,10 @@ async fn a_claim_on_connects_pool_gives_the_handler_the_4_second_bound() {
         return;
     };
     assert!(store.relies_on_session_lock_timeout());
-    both_claims_restore(&store, &clock, "4s").await;
+    for with_begin in [false, true] {
+        let store = store.clone().with_claim_sent_with_begin(with_begin);
+        both_claims_restore(&store, &clock, "4s").await;
+    }
 }
 
 #[tokio::test]
@@ -97,7 +101,10 @@ async fn a_claim_on_an_undeclared_pool_gives_the_handler_the_4_second_bound() {
         return;
     };
     assert!(!store.relies_on_session_lock_timeout());
-    both_claims_restore(&store, &clock, "4s").await;
+    for with_begin in [false, true] {
+        let store = store.clone().with_claim_sent_with_begin(with_begin);
+        both_claims_restore(&store, &clock, "4s").await;
+    }
 }
 
 #[tokio::test]
@@ -108,17 +115,27 @@ async fn a_claim_on_a_pool_declared_shorter_gives_the_handler_its_bound() {
         return;
     };
     assert!(store.relies_on_session_lock_timeout());
-    both_claims_restore(&store, &clock, "2s").await;
+    for with_begin in [false, true] {
+        let store = store.clone().with_claim_sent_with_begin(with_begin);
+        both_claims_restore(&store, &clock, "2s").await;
+    }
 }
 
 /// A claim of a key that another open transaction holds is answered in flight once its tries
 /// run out, with no transaction and nothing written; the holder's claim stands.
 #[tokio::test]
 async fn a_duplicate_of_an_open_claim_is_answered_in_flight() {
+    for with_begin in [false, true] {
+        a_duplicate_of_an_open_claim_is_answered_in_flight_with(with_begin).await;
+    }
+}
+
+async fn a_duplicate_of_an_open_claim_is_answered_in_flight_with(with_begin: bool) {
     let clock = ManualClock::starting_now();
     let Some(store) = common::store(clock.clone()).await else {
         return;
     };
+    let store = store.with_claim_sent_with_begin(with_begin);
     let id = RecordKey::new(
         common::fresh_scope("claim-tx-held"),
         IdempotencyKey::new("k-1").unwrap(),

@@ -2,7 +2,10 @@
 //! simple-query message (docs/DESIGN.md, "The completion goes out with the commit"): its values
 //! are literals, so a scope and key holding every character that could end a literal (`'`, `\`,
 //! `"`, `$`) and non-ASCII text must be stored and found exactly, and the record must then
-//! replay the stored answer.
+//! replay the stored answer. The same for the claim sent with its `BEGIN`
+//! (`PostgresStore::with_claim_sent_with_begin`, docs/DESIGN.md, "The claim goes out with the
+//! begin"), whose insert's values are literals too: there a wrong literal of the fingerprint
+//! would answer the replay as a mismatch.
 //!
 //! Skipped, with a message, when `ONCELY_TEST_POSTGRES_URL` is unset (`.ci/run` sets it).
 
@@ -21,6 +24,12 @@ async fn quotes_and_backslashes_in_the_scope_and_key_are_stored_exactly() {
     let Some(store) = common::store(clock.clone()).await else {
         return;
     };
+    for with_begin in [false, true] {
+        stored_exactly(&store.clone().with_claim_sent_with_begin(with_begin)).await;
+    }
+}
+
+async fn stored_exactly(store: &oncely_postgres::PostgresStore) {
     let scope = Scope::new(format!(r#"pg-o'k\\ключ$o$-{}"#, uuid::Uuid::new_v4()));
     for key in [r"a'b\c", r#"''\\'"--"#, "$o$x$o$"] {
         let id = RecordKey::new(scope.clone(), IdempotencyKey::new(key).unwrap());
@@ -55,5 +64,12 @@ async fn quotes_and_backslashes_in_the_scope_and_key_are_stored_exactly() {
             ClaimOutcome::Replay { response: r, .. } => assert_eq!(r.body, response.body, "{key}"),
             other => panic!("{key}: {other:?}"),
         }
+        // Another request body with the key is refused, not replayed.
+        let (other, tx) = store
+            .claim_tx(&claim_req(&id, r#"{"amount":2}"#))
+            .await
+            .expect("claim");
+        assert!(matches!(other, ClaimOutcome::Mismatch), "{key}: {other:?}");
+        assert!(tx.is_none(), "{key}: a mismatch holds no transaction");
     }
 }

@@ -4,8 +4,8 @@
 
 mod common;
 
-use oncely_conformance::instances::one_winner_across_instances;
-use oncely_core::{IdempotencyKey, ManualClock, RecordKey};
+use oncely_conformance::instances::{one_winner_across_instances, one_winner_across_instances_by};
+use oncely_core::{ClaimOutcome, ClaimRequest, IdempotencyKey, ManualClock, RecordKey, StoreError};
 use oncely_postgres::PostgresStore;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +44,43 @@ async fn one_winner_runs(settings: &[(&str, &str)], runs: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_hundred_claims_one_winner_across_instances() {
     one_winner_runs(&[], 10).await;
+}
+
+/// The claim of a transactional handler (`PostgresStore::claim_tx`), whose granted claim
+/// commits its transaction at once (the handler's first phase, with its one side effect).
+async fn claim_and_commit(
+    store: Arc<PostgresStore>,
+    req: ClaimRequest,
+) -> Result<ClaimOutcome, StoreError> {
+    let (outcome, tx) = store.claim_tx(&req).await?;
+    if let Some(tx) = tx {
+        tx.commit().await.map_err(StoreError::unavailable)?;
+    }
+    Ok(outcome)
+}
+
+/// [`one_winner_runs`] through the claim of a transactional handler, with the claim after its
+/// `BEGIN` and sent with it (`PostgresStore::with_claim_sent_with_begin`), 10 runs each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_hundred_transactional_claims_one_winner_across_instances() {
+    for with_begin in [false, true] {
+        let clock = ManualClock::starting_now();
+        let Some(stores) = instances(&clock, &[]).await else {
+            return;
+        };
+        let stores: Vec<_> = stores
+            .iter()
+            .map(|s| Arc::new((**s).clone().with_claim_sent_with_begin(with_begin)))
+            .collect();
+        let fresh_id = || {
+            RecordKey::new(
+                common::fresh_scope("storm-tx"),
+                IdempotencyKey::new("pay-1").unwrap(),
+            )
+        };
+        one_winner_across_instances_by(&stores, &clock, fresh_id, TASKS, 10, claim_and_commit)
+            .await;
+    }
 }
 
 /// Under SERIALIZABLE, concurrent claims of one key raise serialization failures (40001) in

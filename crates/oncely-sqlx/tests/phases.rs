@@ -31,9 +31,9 @@ use tower::ServiceExt;
 const LEASE: Duration = Duration::from_secs(30);
 
 tokio::task_local! {
-    /// Set by `suite!`: whether a PostgreSQL store of the test sends its completion with the
-    /// commit in one message.
-    static ONE_MESSAGE: bool;
+    /// Set by `suite!`: how a PostgreSQL store of the test sends its statements, as
+    /// (the completion with the commit in one message, the claim with the begin in one message).
+    static PG_PATHS: (bool, bool);
 }
 
 /// One database under test: how to make a store on a [`ManualClock`], and the business table.
@@ -164,7 +164,8 @@ impl Db for oncely_postgres::PostgresStore {
             .unwrap();
         let store = oncely_postgres::PostgresStore::from_pool(pool, Arc::new(clock))
             .with_pool_lock_timeout(bound)
-            .with_completion_sent_with_commit(ONE_MESSAGE.try_with(|on| *on).unwrap_or(false));
+            .with_completion_sent_with_commit(PG_PATHS.try_with(|p| p.0).unwrap_or(false))
+            .with_claim_sent_with_begin(PG_PATHS.try_with(|p| p.1).unwrap_or(false));
         store.migrate().await.unwrap();
         let mut tx = store.pool().begin().await.unwrap();
         sqlx::query("SELECT pg_advisory_xact_lock(7461621077)")
@@ -1486,93 +1487,93 @@ async fn a_deadlock_victim_is_retryable_and_its_retry_executes<S: Db>() {
 
 macro_rules! suite {
     ($module:ident, $store:ty) => {
-        suite!($module, $store, false);
+        suite!($module, $store, (false, false));
     };
     ($module:ident, $store:ty, $one:expr) => {
         mod $module {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection() {
-                super::ONE_MESSAGE.scope($one, super::a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_transaction_ended_behind_the_tx_then_an_error_breaks_no_connection::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_committed_retry_later_answer_is_not_kept() {
-                super::ONE_MESSAGE.scope($one, super::a_committed_retry_later_answer_is_not_kept::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_committed_retry_later_answer_is_not_kept::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn the_committed_response_is_the_one_sent() {
-                super::ONE_MESSAGE.scope($one, super::the_committed_response_is_the_one_sent::<$store>()).await;
+                super::PG_PATHS.scope($one, super::the_committed_response_is_the_one_sent::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn single_phase_commits_and_replays() {
-                super::ONE_MESSAGE.scope($one, super::single_phase_commits_and_replays::<$store>()).await;
+                super::PG_PATHS.scope($one, super::single_phase_commits_and_replays::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn concurrent_duplicates_wait_then_replay() {
-                super::ONE_MESSAGE.scope($one, super::concurrent_duplicates_wait_then_replay::<$store>()).await;
+                super::PG_PATHS.scope($one, super::concurrent_duplicates_wait_then_replay::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn rollback_releases_the_key() {
-                super::ONE_MESSAGE.scope($one, super::rollback_releases_the_key::<$store>()).await;
+                super::PG_PATHS.scope($one, super::rollback_releases_the_key::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn duplicate_of_a_rolled_back_first_executes() {
-                super::ONE_MESSAGE.scope($one, super::duplicate_of_a_rolled_back_first_executes::<$store>()).await;
+                super::PG_PATHS.scope($one, super::duplicate_of_a_rolled_back_first_executes::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn commit_then_crash_replays() {
-                super::ONE_MESSAGE.scope($one, super::commit_then_crash_replays::<$store>()).await;
+                super::PG_PATHS.scope($one, super::commit_then_crash_replays::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn multi_phase_resumes_after_a_crash() {
-                super::ONE_MESSAGE.scope($one, super::multi_phase_resumes_after_a_crash::<$store>()).await;
+                super::PG_PATHS.scope($one, super::multi_phase_resumes_after_a_crash::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_stale_owner_is_fenced() {
-                super::ONE_MESSAGE.scope($one, super::a_stale_owner_is_fenced::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_stale_owner_is_fenced::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_live_owner_between_phases_keeps_its_lease() {
-                super::ONE_MESSAGE.scope($one, super::a_live_owner_between_phases_keeps_its_lease::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_live_owner_between_phases_keeps_its_lease::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn no_success_without_a_commit() {
-                super::ONE_MESSAGE.scope($one, super::no_success_without_a_commit::<$store>()).await;
+                super::PG_PATHS.scope($one, super::no_success_without_a_commit::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_takeover_resumes_with_its_step() {
-                super::ONE_MESSAGE.scope($one, super::a_takeover_resumes_with_its_step::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_takeover_resumes_with_its_step::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_later_phase_failure_is_retryable_and_resumes() {
-                super::ONE_MESSAGE.scope($one, super::a_later_phase_failure_is_retryable_and_resumes::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_later_phase_failure_is_retryable_and_resumes::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_transaction_ended_behind_the_tx_is_refused() {
-                super::ONE_MESSAGE.scope($one, super::a_transaction_ended_behind_the_tx_is_refused::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_transaction_ended_behind_the_tx_is_refused::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_failed_first_phase_leaves_nothing() {
-                super::ONE_MESSAGE.scope($one, super::a_failed_first_phase_leaves_nothing::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_failed_first_phase_leaves_nothing::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn an_ignored_failed_statement_is_the_handlers_failure() {
-                super::ONE_MESSAGE.scope($one, super::an_ignored_failed_statement_is_the_handlers_failure::<$store>()).await;
+                super::PG_PATHS.scope($one, super::an_ignored_failed_statement_is_the_handlers_failure::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_fenced_completion_commits_nothing() {
-                super::ONE_MESSAGE.scope($one, super::a_fenced_completion_commits_nothing::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_fenced_completion_commits_nothing::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_takeover_waits_for_an_open_phase() {
-                super::ONE_MESSAGE.scope($one, super::a_takeover_waits_for_an_open_phase::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_takeover_waits_for_an_open_phase::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_deadlock_victim_is_retryable_and_its_retry_executes() {
-                super::ONE_MESSAGE.scope($one, super::a_deadlock_victim_is_retryable_and_its_retry_executes::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_deadlock_victim_is_retryable_and_its_retry_executes::<$store>()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_duplicate_during_a_later_phase_is_in_flight_at_once() {
-                super::ONE_MESSAGE.scope($one, super::a_duplicate_during_a_later_phase_is_in_flight_at_once::<$store>()).await;
+                super::PG_PATHS.scope($one, super::a_duplicate_during_a_later_phase_is_in_flight_at_once::<$store>()).await;
             }
         }
     };
@@ -1581,6 +1582,22 @@ macro_rules! suite {
 suite!(sqlite, oncely_sqlite::SqliteStore);
 suite!(postgres, oncely_postgres::PostgresStore);
 // The same suite with the completion sent with the commit in one message
-// (`PostgresStore::with_completion_sent_with_commit`).
-suite!(postgres_one_message, oncely_postgres::PostgresStore, true);
+// (`PostgresStore::with_completion_sent_with_commit`), then with the claim sent with the
+// begin as well (`PostgresStore::with_claim_sent_with_begin`: a first execution in the
+// baseline's round trips), and with the claim sent with the begin alone.
+suite!(
+    postgres_one_message,
+    oncely_postgres::PostgresStore,
+    (true, false)
+);
+suite!(
+    postgres_fewest_round_trips,
+    oncely_postgres::PostgresStore,
+    (true, true)
+);
+suite!(
+    postgres_claim_with_begin,
+    oncely_postgres::PostgresStore,
+    (false, true)
+);
 suite!(mysql, oncely_mysql::MySqlStore);

@@ -68,13 +68,15 @@ impl Bench {
             None => direct,
         };
         // `ONCELY_BENCH_PG_COMPLETION_WITH_COMMIT=1`: the layer sends its completion with the
-        // commit in one message (`PostgresStore::with_completion_sent_with_commit`).
-        let one_message =
-            std::env::var("ONCELY_BENCH_PG_COMPLETION_WITH_COMMIT").is_ok_and(|v| v == "1");
+        // commit in one message (`PostgresStore::with_completion_sent_with_commit`);
+        // `ONCELY_BENCH_PG_CLAIM_WITH_BEGIN=1`: its claim with the begin
+        // (`PostgresStore::with_claim_sent_with_begin`).
+        let on = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
         let store = PostgresStore::connect(&url)
             .await
             .map_err(|e| e.to_string())?
-            .with_completion_sent_with_commit(one_message);
+            .with_completion_sent_with_commit(on("ONCELY_BENCH_PG_COMPLETION_WITH_COMMIT"))
+            .with_claim_sent_with_begin(on("ONCELY_BENCH_PG_CLAIM_WITH_BEGIN"));
         store.migrate().await.map_err(|e| e.to_string())?;
         let pool = store.pool().clone();
         for ddl in [PG_SCHEMA, PG_INDEX] {

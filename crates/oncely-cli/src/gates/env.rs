@@ -27,6 +27,8 @@ pub struct Env {
     pub progress: ProgressBar,
     /// `--json`: nothing but the JSON document.
     quiet: bool,
+    /// Flags every API server is started with besides the gates' own.
+    serve_flags: Vec<String>,
 }
 
 impl Env {
@@ -67,6 +69,7 @@ impl Env {
             instances,
             progress,
             quiet: json,
+            serve_flags: Vec::new(),
         })
     }
 
@@ -86,8 +89,16 @@ impl Env {
                 .display()
                 .to_string(),
         ];
+        args.extend(self.serve_flags.iter().cloned());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         args
+    }
+
+    /// Starts every API server with `flag` as well (e.g. `--pg-fewest-round-trips`).
+    #[must_use]
+    pub fn with_serve_flag(mut self, flag: &str) -> Self {
+        self.serve_flags.push(flag.to_owned());
+        self
     }
 
     /// The outside card processor's base URL (`http://127.0.0.1:PORT`).

@@ -86,6 +86,9 @@ pub struct GatesConfig {
     /// The fleet gate's clients as external processes (`sh -c` this command), for SDKs in
     /// other languages ([`external`]); `None` = the Rust SDK in process.
     pub client_command: Option<String>,
+    /// Start the API servers with `--pg-fewest-round-trips` (PostgreSQL: the claim sent with
+    /// the `BEGIN`, the completion with the `COMMIT`; default off).
+    pub pg_fewest_round_trips: bool,
 }
 
 impl Default for GatesConfig {
@@ -99,6 +102,7 @@ impl Default for GatesConfig {
             json: false,
             only: Vec::new(),
             client_command: None,
+            pg_fewest_round_trips: false,
         }
     }
 }

@@ -70,6 +70,7 @@ pub async fn run(cfg: GatesConfig) -> Result<bool> {
         .keep();
     child::log_to(logs.clone());
     let env = match Env::start(store.clone(), dir, instances, cfg.json).await {
+        Ok(env) if cfg.pg_fewest_round_trips => env.with_serve_flag("--pg-fewest-round-trips"),
         Ok(env) => env,
         Err(e) => {
             name_logs(&logs);

@@ -60,6 +60,9 @@ pub struct ServeConfig {
     pub policy: Policy,
     /// The embedded business database for memory/Redis stores.
     pub business_path: Option<String>,
+    /// PostgreSQL: the claim sent with the `BEGIN` and the completion with the `COMMIT`
+    /// (`--pg-fewest-round-trips`).
+    pub pg_fewest_round_trips: bool,
     /// Run the completer in-process with this grace (milliseconds after a lease lapses).
     pub completer_grace: Option<Duration>,
     /// Serve the same endpoints without the idempotency layer (the benchmark baseline).
@@ -78,7 +81,12 @@ pub async fn build(cfg: &ServeConfig) -> Result<(App, Router)> {
     cfg.policy
         .validate()
         .context("invalid idempotency policy")?;
-    let opened = store::open(&cfg.store, cfg.business_path.as_deref()).await?;
+    let opened = store::open(
+        &cfg.store,
+        cfg.business_path.as_deref(),
+        cfg.pg_fewest_round_trips,
+    )
+    .await?;
     let layer = router::layer_for(&opened.backend, cfg.policy.clone());
     layer.metrics().set_store_label(cfg.store.kind());
     metrics::install();

@@ -166,6 +166,7 @@ mod tests {
             crash_after: None,
             policy: oncely_core::Policy::default(),
             business_path: None,
+            pg_fewest_round_trips: false,
             completer_grace: None,
             idempotency_off: false,
             webhook_secret: DEV_WEBHOOK_SECRET.to_owned(),

@@ -182,8 +182,15 @@ fn split(store: Arc<dyn Maintenance>, db: Db) -> Opened {
     }
 }
 /// Opens a key store (running its migrations) and the business database next to it.
-/// `business_path` is where the embedded business database goes for the memory and Redis stores.
-pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened> {
+/// `business_path` is where the embedded business database goes for the memory and Redis stores;
+/// `pg_fewest_round_trips` sends a PostgreSQL store's claims with their `BEGIN` and completions
+/// with their `COMMIT` (`PostgresStore::with_claim_sent_with_begin`,
+/// `PostgresStore::with_completion_sent_with_commit`).
+pub async fn open(
+    url: &StoreUrl,
+    business_path: Option<&str>,
+    pg_fewest_round_trips: bool,
+) -> Result<Opened> {
     async fn plain_db(path: Option<&str>) -> Result<Db> {
         let opts = match path {
             Some(p) => sqlx::sqlite::SqliteConnectOptions::from_str(&sqlite_url(p))?,
@@ -218,7 +225,9 @@ pub async fn open(url: &StoreUrl, business_path: Option<&str>) -> Result<Opened>
         // PostgreSQL, MySQL and Redis may be down at start: the server starts anyway and answers 503
         // until they answer (standby.rs); the business tables come with the store's.
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(u) => return standby::open_postgres(u).await,
+        StoreUrl::Postgres(u) => {
+            return standby::open_postgres(u, pg_fewest_round_trips).await;
+        }
         #[cfg(not(feature = "mysql"))]
         StoreUrl::Mysql(_) => bail!("this oncely was built without the mysql feature"),
         #[cfg(feature = "mysql")]

@@ -162,7 +162,7 @@ where
 /// Opens the PostgreSQL key store and business database on a lazy pool; its tables are created
 /// at once if PostgreSQL answers, else in the background.
 #[cfg(feature = "postgres")]
-pub(super) async fn open_postgres(url: &str) -> Result<Opened> {
+pub(super) async fn open_postgres(url: &str, fewest_round_trips: bool) -> Result<Opened> {
     use oncely_postgres::PostgresStore;
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
     let mut options: PgConnectOptions = url
@@ -179,7 +179,9 @@ pub(super) async fn open_postgres(url: &str) -> Result<Opened> {
         .max_connections(PostgresStore::DEFAULT_MAX_CONNECTIONS)
         .acquire_timeout(PostgresStore::DEFAULT_ACQUIRE_TIMEOUT)
         .connect_lazy_with(options);
-    let store = PostgresStore::from_pool(pool.clone(), Arc::new(oncely_core::SystemClock));
+    let store = PostgresStore::from_pool(pool.clone(), Arc::new(oncely_core::SystemClock))
+        .with_claim_sent_with_begin(fewest_round_trips)
+        .with_completion_sent_with_commit(fewest_round_trips);
     let backend = Backend::Postgres(store.clone());
     let migrate: MigrateFn<PostgresStore> = |s| Box::pin(async move { s.migrate().await });
     prepare_sql(
