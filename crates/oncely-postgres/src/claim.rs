@@ -49,6 +49,26 @@ pub(crate) enum ClaimPath {
     Claimer,
 }
 
+impl PostgresStore {
+    /// Reads `id`'s record on an idle connection taken without the pool's check of it before
+    /// use (`test_before_acquire`, a round trip of its own): the read checks the connection as
+    /// well, and a read that fails on it runs again on a connection from
+    /// [`PgPool::acquire`](sqlx::PgPool::acquire), checked. Without an idle connection, the
+    /// read waits for one as any statement does. For a replay after a claim sent with its
+    /// `BEGIN`, whose connection sqlx gave back to the pool when the message failed.
+    async fn read_on_an_idle_connection(
+        &self,
+        id: &oncely_core::RecordKey,
+    ) -> Result<Option<Record>, StoreError> {
+        if let Some(mut idle) = self.pool().try_acquire()
+            && let Ok(found) = read(&mut *idle, id).await
+        {
+            return Ok(found);
+        }
+        read(self.pool(), id).await
+    }
+}
+
 /// What one try of a claim sent with its `BEGIN` came to.
 enum BeginTry {
     /// A new key, claimed in the returned open transaction.
@@ -197,7 +217,7 @@ impl PostgresStore {
             Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
                 // The record is committed (an insert that met an uncommitted one waited for it,
                 // and failed on its commit); a statement of its own reads it.
-                match read(self.pool(), &req.id).await? {
+                match self.read_on_an_idle_connection(&req.id).await? {
                     Some(existing) => match decide(Some(&existing), req, self.clock().now_millis())
                     {
                         Decision::Answer(answer) => Ok(BeginTry::Answer(answer)),

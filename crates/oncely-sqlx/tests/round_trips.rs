@@ -208,8 +208,9 @@ async fn a_first_execution_costs_at_most_two_round_trips_over_the_baseline_and_a
     first_executions_cost(true, false, 6, 5).await;
     // ... and `with_claim_sent_with_begin`: the claim goes out with the begin, and a first
     // execution costs the baseline's round trips. A replay's failed claim leaves sqlx no
-    // connection to read on: it goes back to the pool (its release ping) and the read takes
-    // one again (the pool's check), one round trip more in all than the business work.
+    // connection to read on: it goes back to the pool (its release ping), and the read takes
+    // it again, without the pool's check when it is back in time, else with it: one round
+    // trip more in all than the business work at most.
     first_executions_cost(true, true, 5, 6).await;
 }
 
