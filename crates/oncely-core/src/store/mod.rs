@@ -19,9 +19,10 @@
 //!
 //! # Contract for implementations
 //!
-//! - `claim` is one atomic decision per `(scope, key)`, made by [`decide`] (or an exact
-//!   equivalent inside the database): never a read followed by an unconditional write.
-//!   Losing an insert race is the normal "record exists" path, never an error.
+//! - `claim` is one atomic decision per `(scope, key)`, made by [`decide`](fn@decide) (the claim
+//!   rule, in `decide.rs`) or an exact equivalent inside the database: never a read followed by
+//!   an unconditional write. Losing an insert race is the normal "record exists" path, never an
+//!   error.
 //! - Every write after the claim (`renew`, `checkpoint`, `complete`, `release`) succeeds only
 //!   while the record is in flight with the caller's token, and otherwise returns
 //!   [`StoreError::Fenced`] without changing anything.
@@ -32,11 +33,13 @@
 //! - A store implements both traits, [`KeyStore`] and [`Maintenance`], and the shared
 //!   conformance suite (the crate `oncely-conformance`), which covers both, must pass.
 
+mod decide;
 pub mod guarded;
 pub mod memory;
 pub mod operator;
 mod wrapper;
 
+pub use decide::{Decision, decide};
 pub use operator::{
     Change, Operator, OperatorError, RecordFilter, RecordPage, RecordVersion, check_change,
 };
@@ -185,107 +188,6 @@ pub enum ClaimOutcome {
     },
 }
 
-/// What [`decide`] tells a store to do.
-///
-/// Deliberately exhaustive (not `#[non_exhaustive]`): it is the contract between [`decide`] and
-/// every backend, so a new kind of decision must be a compile error in each backend rather than
-/// a wildcard arm nobody wrote for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Write a new in-flight record (insert, or overwrite a released or past-window one) with
-    /// this token.
-    Claim {
-        /// The new token.
-        token: FencingToken,
-        /// Why.
-        kind: ClaimKind,
-        /// The recovery point to keep (takeover only).
-        recovery_point: Option<String>,
-    },
-    /// Write nothing; answer this.
-    Answer(ClaimOutcome),
-}
-
-/// The key state machine's claim rule, shared by every backend so that no path skips a check
-/// (the path that finds an existing record must compare fingerprints too; docs/DESIGN.md,
-/// "Validation skipped on one path").
-///
-/// | existing record | same fingerprint | different fingerprint |
-/// |---|---|---|
-/// | none, or released | claim (new) | claim (new) |
-/// | complete, past the window | claim (anew) | claim (anew) |
-/// | complete, inside the window | replay | mismatch |
-/// | in flight, marked for a person | needs attention | mismatch |
-/// | in flight, lease alive | in flight | mismatch |
-/// | in flight, lease lapsed | takeover (resume) | mismatch |
-///
-/// A record marked for a person ([`Redrives::marked_at`], set by the completer when it gives
-/// up) is never claimed again while it is kept, whatever its lease says: a second execution
-/// of a request that may have taken effect part-way is exactly what the mark prevents.
-pub fn decide(existing: Option<&Record>, req: &ClaimRequest, now: UnixMillis) -> Decision {
-    let Some(rec) = existing else {
-        return Decision::Claim {
-            token: FencingToken(1),
-            kind: ClaimKind::New,
-            recovery_point: None,
-        };
-    };
-    let next = FencingToken(rec.token.0.saturating_add(1));
-    let same = rec.fingerprint == req.fingerprint;
-    match &rec.state {
-        RecordState::Released => Decision::Claim {
-            token: next,
-            kind: ClaimKind::New,
-            recovery_point: None,
-        },
-        RecordState::Complete {
-            response,
-            completed_at,
-        } => {
-            let window_end =
-                completed_at.saturating_add(crate::clock::duration_millis(req.replay_window));
-            if now >= window_end {
-                Decision::Claim {
-                    token: next,
-                    kind: ClaimKind::AfterReplayWindow,
-                    recovery_point: None,
-                }
-            } else if same {
-                Decision::Answer(ClaimOutcome::Replay {
-                    response: response.clone(),
-                    completed_at: *completed_at,
-                })
-            } else {
-                Decision::Answer(ClaimOutcome::Mismatch)
-            }
-        }
-        RecordState::InFlight {
-            lease_expires_at,
-            recovery_point,
-        } => {
-            if !same {
-                Decision::Answer(ClaimOutcome::Mismatch)
-            } else if let Some(marked_at) = rec.redrives.marked_at {
-                Decision::Answer(ClaimOutcome::NeedsAttention {
-                    marked_at,
-                    attempts: rec.redrives.attempts,
-                    recovery_point: recovery_point.clone(),
-                })
-            } else if now < *lease_expires_at {
-                Decision::Answer(ClaimOutcome::InFlight {
-                    lease_expires_at: *lease_expires_at,
-                })
-            } else {
-                Decision::Claim {
-                    token: next,
-                    kind: ClaimKind::Takeover,
-                    recovery_point: recovery_point.clone(),
-                }
-            }
-        }
-    }
-}
-
 /// The lease in milliseconds, never zero (an unknown or zero budget is not "no lease";
 /// docs/DESIGN.md, "Crashed owner").
 pub fn lease_millis(lease: Duration) -> i64 {
@@ -367,7 +269,7 @@ impl StoreError {
 /// [`std::time::Duration`].
 #[async_trait]
 pub trait KeyStore: Send + Sync + 'static {
-    /// Decides and records the claim of `(scope, key)` atomically, by [`decide`].
+    /// Decides and records the claim of `(scope, key)` atomically, by [`decide`](fn@decide).
     ///
     /// # Errors
     ///
