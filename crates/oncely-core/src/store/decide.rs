@@ -3,7 +3,7 @@
 //! (docs/DESIGN.md, "The key state machine"). Re-exported as `oncely_core::decide` and
 //! `oncely_core::Decision`.
 
-use super::{ClaimKind, ClaimOutcome, ClaimRequest};
+use super::claim::{ClaimKind, ClaimOutcome, ClaimRequest};
 use crate::record::{FencingToken, Record, RecordState, UnixMillis};
 
 #[cfg(doc)]
