@@ -25,7 +25,8 @@
 //!
 //! # The key state machine
 //!
-//! `absent -> in_flight -> complete`, plus expiry; see [`record`] and [`store::decide`].
+//! `absent -> in_flight -> complete`, plus expiry; see [`record`] and
+//! [`store::decide`](fn@store::decide).
 //!
 //! ```
 //! use oncely_core::{

@@ -89,6 +89,8 @@
 //! promise: effectively-once").
 
 mod error;
+mod keystore;
+mod maintenance;
 mod operator;
 #[cfg(test)]
 mod plans;

@@ -1,17 +1,14 @@
-//! [`MySqlStore`]: connecting, migrating, and the pool-level [`KeyStore`] and [`Maintenance`]
-//! operations, each the in-transaction operation of `within.rs` on a connection of the pool.
+//! [`MySqlStore`]: the type, its pools and settings, connecting and migrating. Its operations:
+//! the claim and the owner's writes on a connection (`within.rs`), the
+//! [`KeyStore`](oncely_core::KeyStore) operations that run them on a pooled connection
+//! (`keystore.rs`), [`Maintenance`](oncely_core::Maintenance) (`maintenance.rs`) and
+//! [`Operator`](oncely_core::Operator) (`operator.rs`).
 
-use crate::error::{MySqlStoreError, is_deadlock, map, retry_deadlocks};
-use crate::row::{record_from_row, redrives_from_row};
+use crate::error::{MySqlStoreError, map};
 use crate::sql;
-use async_trait::async_trait;
-use oncely_core::clock::duration_millis;
-use oncely_core::{
-    ClaimOutcome, ClaimRequest, Clock, FencingToken, Maintenance, ReapReport, Record, RecordKey,
-    RedriveNote, Redrives, StoreError, SystemClock, UnixMillis,
-};
+use oncely_core::{Clock, StoreError, SystemClock};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::{Connection, Executor, MySql, Row};
+use sqlx::{Connection, Executor, MySql};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -218,7 +215,7 @@ impl MySqlStore {
     /// The pool of [`LEASE_POOL_CONNECTIONS`](Self::LEASE_POOL_CONNECTIONS) connections that
     /// lease renewals use, made at the first call (inside the runtime, where sqlx's pool starts
     /// its maintenance task).
-    fn lease_pool(&self) -> &MySqlPool {
+    pub(crate) fn lease_pool(&self) -> &MySqlPool {
         self.lease_pool.get_or_init(|| {
             pool_options(Self::LEASE_POOL_CONNECTIONS)
                 .connect_lazy_with((*self.pool.connect_options()).clone())
@@ -273,176 +270,7 @@ impl MySqlStore {
         ran.map_err(|e| MySqlStoreError::Migrate(e).into())
     }
 
-    /// The pooled claim: begin, [`MySqlStore::claim_in`]'s rounds, commit (see
-    /// [`MySqlStore::claim_tx`]).
-    async fn claim_pooled(&self, req: ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        let (outcome, tx) = self.claim_tx(&req).await?;
-        if let Some(tx) = tx {
-            tx.commit().await.map_err(map)?;
-        }
-        Ok(outcome)
-    }
-
-    async fn fetch(&self, id: &RecordKey) -> Result<Option<Record>, StoreError> {
-        let row = sqlx::query(sql::SELECT_RECORD)
-            .bind(id.scope.as_str().as_bytes())
-            .bind(id.key.as_str().as_bytes())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map)?;
-        row.as_ref().map(record_from_row).transpose()
-    }
-
     async fn conn(&self) -> Result<sqlx::pool::PoolConnection<MySql>, StoreError> {
         self.pool.acquire().await.map_err(map)
-    }
-
-    /// One reaper batch in one transaction: lock the oldest rows past retention (skipping rows
-    /// others hold), delete exactly them, commit.
-    async fn reap_once(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        let now = self.clock.now_millis();
-        let limit = i64::try_from(batch.min(Self::MAX_REAP_BATCH)).unwrap_or(i64::MAX);
-        let mut tx = self.begin_tx().await?;
-        let rows = sqlx::query(sql::REAP_SELECT)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map)?;
-        let mut report = ReapReport::default();
-        if rows.is_empty() {
-            // Nothing locked but the scan's range: the rollback goes out with the pool's
-            // release of the connection.
-            return Ok(report);
-        }
-        let mut delete = sqlx::QueryBuilder::<MySql>::new(sql::REAP_DELETE_HEAD);
-        let mut list = delete.separated(", ");
-        for row in &rows {
-            let scope: Vec<u8> = row.try_get(0).map_err(map)?;
-            let key: Vec<u8> = row.try_get(1).map_err(map)?;
-            let state: String = row.try_get(2).map_err(map)?;
-            if state == "in_flight" {
-                report.orphaned += 1;
-                tracing::warn!(
-                    scope = %String::from_utf8_lossy(&scope),
-                    key = %String::from_utf8_lossy(&key),
-                    "reaped an in-flight record: its request was abandoned and never finished"
-                );
-            }
-            list.push("(")
-                .push_bind_unseparated(scope)
-                .push_unseparated(", ")
-                .push_bind_unseparated(key)
-                .push_unseparated(")");
-        }
-        delete.push(")");
-        let deleted = delete.build().execute(&mut *tx).await.map_err(map)?;
-        tx.commit().await.map_err(map)?;
-        report.deleted = deleted.rows_affected();
-        Ok(report)
-    }
-
-    /// One completer note in one transaction: the guarded `UPDATE`, then its result read back
-    /// under the row lock the update took.
-    async fn note_once(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        statement: &'static str,
-        now: UnixMillis,
-        value: UnixMillis,
-    ) -> Result<Redrives, StoreError> {
-        let seen = i32::try_from(attempts_seen).unwrap_or(i32::MAX);
-        let mut tx = self.begin_tx().await?;
-        let noted = sqlx::query(statement)
-            .bind(value)
-            .bind(id.scope.as_str().as_bytes())
-            .bind(id.key.as_str().as_bytes())
-            .bind(token.0)
-            .bind(now)
-            .bind(seen)
-            .execute(&mut *tx)
-            .await
-            .map_err(map)?;
-        if noted.rows_affected() == 0 {
-            return Err(StoreError::Fenced);
-        }
-        let row = sqlx::query(sql::SELECT_REDRIVES)
-            .bind(id.scope.as_str().as_bytes())
-            .bind(id.key.as_str().as_bytes())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(map)?;
-        let redrives = redrives_from_row(&row, 0, 1, 2)?;
-        tx.commit().await.map_err(map)?;
-        Ok(redrives)
-    }
-}
-
-// Begin; [`MySqlStore::claim_in`]; commit (see [`MySqlStore::claim_tx`]) for the claim;
-// every other write its in-transaction operation (`within.rs`) on a pooled connection, one
-// statement in autocommit (renewals on the lease pool), run again after a deadlock.
-oncely_sql::pooled_key_store!(
-    MySqlStore,
-    retry_if: is_deadlock,
-    claim: Self::claim_pooled,
-    get: Self::fetch,
-);
-
-#[async_trait]
-impl Maintenance for MySqlStore {
-    async fn reap(&self, batch: usize) -> Result<ReapReport, StoreError> {
-        retry_deadlocks!(self.reap_once(batch).await)
-    }
-
-    async fn list_abandoned(
-        &self,
-        grace: Duration,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        let now = self.clock.now_millis();
-        let cutoff = now.saturating_sub(duration_millis(grace));
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = sqlx::query(sql::LIST_ABANDONED)
-            .bind(cutoff)
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map)?;
-        rows.iter().map(record_from_row).collect()
-    }
-
-    async fn note_redrive(
-        &self,
-        id: &RecordKey,
-        token: FencingToken,
-        attempts_seen: u32,
-        note: RedriveNote,
-    ) -> Result<Redrives, StoreError> {
-        let now = self.clock.now_millis();
-        let (statement, value) = match note {
-            RedriveNote::Attempt { backoff } => (
-                sql::NOTE_ATTEMPT,
-                now.saturating_add(duration_millis(backoff)),
-            ),
-            RedriveNote::Mark => (sql::NOTE_MARK, now),
-            _ => return Err(StoreError::Fenced),
-        };
-        retry_deadlocks!(
-            self.note_once(id, token, attempts_seen, statement, now, value)
-                .await
-        )
-    }
-
-    async fn list_marked(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = sqlx::query(sql::LIST_MARKED)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map)?;
-        rows.iter().map(record_from_row).collect()
     }
 }

@@ -110,7 +110,7 @@
 //! well above the store's worst answer time to a renewal, and make every outside call with
 //! `Between::call`. See [`Between`].
 
-mod between;
+mod checkpoint;
 mod claimer;
 mod error;
 mod phase;
@@ -119,7 +119,7 @@ mod split;
 mod store;
 mod tx;
 
-pub use between::Between;
+pub use checkpoint::Between;
 pub use claimer::TransactionalClaimer;
 pub use error::{DbErrorClass, TxError, classify};
 pub use split::{CommitCheck, Split};

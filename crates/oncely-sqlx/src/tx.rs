@@ -1,4 +1,5 @@
-//! [`Tx`]: the handler's transaction that already holds its claim.
+//! [`Tx`]: the handler's transaction that already holds its claim, and its [`Tx::commit`].
+//! [`Tx::checkpoint`], which commits a phase at a recovery point, is in `checkpoint.rs`.
 
 use crate::phase::{reported, split_finish, warn_if_long};
 use crate::shared::{Shared, TxSlot};
@@ -281,7 +282,7 @@ impl<S: SqlStore> Tx<S> {
             .insert(ResponseCommitted::default());
         Ok(response.map(axum::body::Body::new))
     }
-    // `Tx::checkpoint`, which ends a phase into a `Between`, is in `between.rs`.
+    // `Tx::checkpoint`, which ends a phase into a `Between`, is in `checkpoint.rs`.
 }
 
 /// The axum extractor.

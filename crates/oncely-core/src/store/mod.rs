@@ -19,9 +19,10 @@
 //!
 //! # Contract for implementations
 //!
-//! - `claim` is one atomic decision per `(scope, key)`, made by [`decide`] (or an exact
-//!   equivalent inside the database): never a read followed by an unconditional write.
-//!   Losing an insert race is the normal "record exists" path, never an error.
+//! - `claim` is one atomic decision per `(scope, key)`, made by [`decide`](fn@decide) (the claim
+//!   rule, in `decide.rs`) or an exact equivalent inside the database: never a read followed by
+//!   an unconditional write. Losing an insert race is the normal "record exists" path, never an
+//!   error.
 //! - Every write after the claim (`renew`, `checkpoint`, `complete`, `release`) succeeds only
 //!   while the record is in flight with the caller's token, and otherwise returns
 //!   [`StoreError::Fenced`] without changing anything.
@@ -32,259 +33,24 @@
 //! - A store implements both traits, [`KeyStore`] and [`Maintenance`], and the shared
 //!   conformance suite (the crate `oncely-conformance`), which covers both, must pass.
 
+mod claim;
+mod decide;
 pub mod guarded;
 pub mod memory;
 pub mod operator;
 mod wrapper;
 
+pub use claim::{Claim, ClaimKind, ClaimOutcome, ClaimRequest};
+pub use decide::{Decision, decide};
 pub use operator::{
     Change, Operator, OperatorError, RecordFilter, RecordPage, RecordVersion, check_change,
 };
 pub use wrapper::StoreWrapper;
 
-use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
-use crate::record::{
-    FencingToken, Record, RecordState, Redrives, StoredRequest, StoredResponse, UnixMillis,
-};
+use crate::record::{FencingToken, Record, RecordState, Redrives, StoredResponse, UnixMillis};
 use async_trait::async_trait;
 use std::time::Duration;
-
-/// What a claim asks for. Build it with [`ClaimRequest::new`] (the struct is
-/// `#[non_exhaustive]`: it may gain fields).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ClaimRequest {
-    /// `(scope, key)`.
-    pub id: RecordKey,
-    /// The fingerprint of the request being claimed.
-    pub fingerprint: Fingerprint,
-    /// The lease to set (always set: a zero lease is raised to 1 millisecond).
-    pub lease: Duration,
-    /// The replay window: a record completed longer ago than this is claimed anew.
-    pub replay_window: Duration,
-    /// How long to keep the record (from now, and again from completion).
-    pub retention: Duration,
-    /// The request, kept for the completer while the record is in flight (completing or
-    /// releasing the record drops it); `None` to keep nothing.
-    pub request: Option<StoredRequest>,
-}
-
-impl ClaimRequest {
-    /// A claim of `id` by the request with `fingerprint`: hold it for `lease` (a zero lease is
-    /// raised to 1 millisecond), replay a completion for `replay_window`, keep the record for
-    /// `retention` (from now, and again from completion). It keeps no request for the completer;
-    /// set one with [`ClaimRequest::with_request`]. The three durations usually come from the
-    /// [`Policy`](crate::Policy): 30 seconds, 24 hours and 72 hours by default.
-    pub fn new(
-        id: RecordKey,
-        fingerprint: Fingerprint,
-        lease: Duration,
-        replay_window: Duration,
-        retention: Duration,
-    ) -> Self {
-        Self {
-            id,
-            fingerprint,
-            lease,
-            replay_window,
-            retention,
-            request: None,
-        }
-    }
-
-    /// Sets the request kept for the completer while the record is in flight (default `None`).
-    pub fn with_request(mut self, request: Option<StoredRequest>) -> Self {
-        self.request = request;
-        self
-    }
-}
-
-/// A successful claim: the caller now owns `(scope, key)` and must execute (or resume).
-/// Stores build it with [`Claim::new`] (the struct is `#[non_exhaustive]`: it may gain fields).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Claim {
-    /// The token to carry on every later write.
-    pub token: FencingToken,
-    /// When the lease lapses unless renewed (epoch milliseconds).
-    pub lease_expires_at: UnixMillis,
-    /// Where a taken-over request should resume; `None` for a first attempt.
-    pub recovery_point: Option<String>,
-    /// Why the claim was granted.
-    pub kind: ClaimKind,
-}
-
-impl Claim {
-    /// A claim holding `token` until `lease_expires_at` (epoch milliseconds), granted for
-    /// `kind`, with no recovery point (set one with [`Claim::with_recovery_point`]).
-    pub fn new(token: FencingToken, lease_expires_at: UnixMillis, kind: ClaimKind) -> Self {
-        Self {
-            token,
-            lease_expires_at,
-            recovery_point: None,
-            kind,
-        }
-    }
-
-    /// Sets where a taken-over request resumes (default `None`).
-    pub fn with_recovery_point(mut self, recovery_point: Option<String>) -> Self {
-        self.recovery_point = recovery_point;
-        self
-    }
-}
-
-/// Why a claim was granted.
-///
-/// `#[non_exhaustive]`: a match outside this crate needs a wildcard arm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ClaimKind {
-    /// No record (or a released one): a first attempt.
-    New,
-    /// The previous owner's lease lapsed: resume from the recovery point.
-    Takeover,
-    /// The previous completion is past the replay window: a brand-new request.
-    AfterReplayWindow,
-}
-
-/// The answer to a claim.
-///
-/// `#[non_exhaustive]`: a match outside this crate needs a wildcard arm, which must fail
-/// closed (never run the request on an outcome it does not know).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ClaimOutcome {
-    /// The caller owns the key.
-    Claimed(Claim),
-    /// Another request holds a live lease with the same fingerprint.
-    InFlight {
-        /// When that lease lapses unless renewed (epoch milliseconds).
-        lease_expires_at: UnixMillis,
-    },
-    /// Completed inside the replay window with the same fingerprint: replay, never re-execute.
-    Replay {
-        /// The stored response.
-        response: StoredResponse,
-        /// When it completed (epoch milliseconds).
-        completed_at: UnixMillis,
-    },
-    /// The record holds a different fingerprint: `422 idempotency_key_mismatch`, never replay.
-    Mismatch,
-    /// The record is in flight, abandoned, and the completer gave up on it and marked it for a
-    /// person ([`Redrives::marked_at`]): `409 idempotency_request_needs_attention`, not
-    /// retryable. The request is never executed again, by a retry or by the completer: its
-    /// first attempt may have taken effect part-way, and only a person can tell.
-    NeedsAttention {
-        /// When the completer marked it (epoch milliseconds).
-        marked_at: UnixMillis,
-        /// How many times the completer had re-driven it.
-        attempts: u32,
-        /// The last committed phase of the request, if any.
-        recovery_point: Option<String>,
-    },
-}
-
-/// What [`decide`] tells a store to do.
-///
-/// Deliberately exhaustive (not `#[non_exhaustive]`): it is the contract between [`decide`] and
-/// every backend, so a new kind of decision must be a compile error in each backend rather than
-/// a wildcard arm nobody wrote for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Write a new in-flight record (insert, or overwrite a released or past-window one) with
-    /// this token.
-    Claim {
-        /// The new token.
-        token: FencingToken,
-        /// Why.
-        kind: ClaimKind,
-        /// The recovery point to keep (takeover only).
-        recovery_point: Option<String>,
-    },
-    /// Write nothing; answer this.
-    Answer(ClaimOutcome),
-}
-
-/// The key state machine's claim rule, shared by every backend so that no path skips a check
-/// (the path that finds an existing record must compare fingerprints too; docs/DESIGN.md,
-/// "Validation skipped on one path").
-///
-/// | existing record | same fingerprint | different fingerprint |
-/// |---|---|---|
-/// | none, or released | claim (new) | claim (new) |
-/// | complete, past the window | claim (anew) | claim (anew) |
-/// | complete, inside the window | replay | mismatch |
-/// | in flight, marked for a person | needs attention | mismatch |
-/// | in flight, lease alive | in flight | mismatch |
-/// | in flight, lease lapsed | takeover (resume) | mismatch |
-///
-/// A record marked for a person ([`Redrives::marked_at`], set by the completer when it gives
-/// up) is never claimed again while it is kept, whatever its lease says: a second execution
-/// of a request that may have taken effect part-way is exactly what the mark prevents.
-pub fn decide(existing: Option<&Record>, req: &ClaimRequest, now: UnixMillis) -> Decision {
-    let Some(rec) = existing else {
-        return Decision::Claim {
-            token: FencingToken(1),
-            kind: ClaimKind::New,
-            recovery_point: None,
-        };
-    };
-    let next = FencingToken(rec.token.0.saturating_add(1));
-    let same = rec.fingerprint == req.fingerprint;
-    match &rec.state {
-        RecordState::Released => Decision::Claim {
-            token: next,
-            kind: ClaimKind::New,
-            recovery_point: None,
-        },
-        RecordState::Complete {
-            response,
-            completed_at,
-        } => {
-            let window_end =
-                completed_at.saturating_add(crate::clock::duration_millis(req.replay_window));
-            if now >= window_end {
-                Decision::Claim {
-                    token: next,
-                    kind: ClaimKind::AfterReplayWindow,
-                    recovery_point: None,
-                }
-            } else if same {
-                Decision::Answer(ClaimOutcome::Replay {
-                    response: response.clone(),
-                    completed_at: *completed_at,
-                })
-            } else {
-                Decision::Answer(ClaimOutcome::Mismatch)
-            }
-        }
-        RecordState::InFlight {
-            lease_expires_at,
-            recovery_point,
-        } => {
-            if !same {
-                Decision::Answer(ClaimOutcome::Mismatch)
-            } else if let Some(marked_at) = rec.redrives.marked_at {
-                Decision::Answer(ClaimOutcome::NeedsAttention {
-                    marked_at,
-                    attempts: rec.redrives.attempts,
-                    recovery_point: recovery_point.clone(),
-                })
-            } else if now < *lease_expires_at {
-                Decision::Answer(ClaimOutcome::InFlight {
-                    lease_expires_at: *lease_expires_at,
-                })
-            } else {
-                Decision::Claim {
-                    token: next,
-                    kind: ClaimKind::Takeover,
-                    recovery_point: recovery_point.clone(),
-                }
-            }
-        }
-    }
-}
 
 /// The lease in milliseconds, never zero (an unknown or zero budget is not "no lease";
 /// docs/DESIGN.md, "Crashed owner").
@@ -367,7 +133,7 @@ impl StoreError {
 /// [`std::time::Duration`].
 #[async_trait]
 pub trait KeyStore: Send + Sync + 'static {
-    /// Decides and records the claim of `(scope, key)` atomically, by [`decide`].
+    /// Decides and records the claim of `(scope, key)` atomically, by [`decide`](fn@decide).
     ///
     /// # Errors
     ///

@@ -1,5 +1,7 @@
-//! [`Between`]: a multi-step request between two phases, from the [`Tx::checkpoint`] that
-//! commits a phase with its recovery point to the [`Between::begin`] of the next phase.
+//! A checkpoint and what lies between two phases: [`Tx::checkpoint`] commits a phase with its
+//! recovery point and returns a [`Between`], the multi-step request with no transaction open,
+//! which makes the outside call ([`Between::call`]) and opens the next phase
+//! ([`Between::begin`]).
 
 use crate::error::TxError;
 use crate::phase::{reported, warn_if_long};
