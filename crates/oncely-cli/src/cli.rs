@@ -210,8 +210,9 @@ pub enum Command {
         /// each final completion with its COMMIT, one message each, so that a first execution
         /// makes as many round trips as the same handler without idempotency. For a database
         /// across a network (a round trip of 0.3 ms or more); off by default, because each
-        /// message is planned anew and each replay's failed insert is logged by the server
-        /// (docs/DESIGN.md, "The claim goes out with the begin").
+        /// message is planned anew and the claim of a key that exists (a replay, a mismatch, a
+        /// duplicate) fails its insert on purpose, which PostgreSQL logs as an ERROR holding
+        /// the scope and key (docs/DESIGN.md, "The claim goes out with the begin").
         #[arg(long)]
         pg_fewest_round_trips: bool,
         /// TESTING ONLY: kill the process (SIGKILL) right after this recovery point commits

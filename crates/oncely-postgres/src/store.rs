@@ -279,9 +279,11 @@ impl PostgresStore {
     /// and the claim reads the record and decides as usual: a replay costs the failed message
     /// and a read, about as many round trips as without this option. Two costs to weigh:
     ///
-    /// - the server logs every replay's failed insert as an `ERROR` with its statement (at the
-    ///   default `log_min_error_statement`), which holds the scope, the key and the request's
-    ///   fingerprint (and the request itself, for a route that keeps it for resumption);
+    /// - the server logs every failed insert (each replay, each mismatch, each duplicate that
+    ///   arrives while the first request's transaction is open) as an `ERROR` of about 800
+    ///   bytes (at the default `log_min_error_statement`): its `DETAIL` holds the scope and the
+    ///   key in clear text, its statement the request's fingerprint (and the request itself, for
+    ///   a route that keeps it for resumption);
     /// - the insert's values are literals, planned by the server on every claim where the
     ///   prepared insert reuses its plan.
     ///
