@@ -122,7 +122,7 @@ mod tx;
 pub use checkpoint::Between;
 pub use claimer::TransactionalClaimer;
 pub use error::{DbErrorClass, TxError, classify};
-pub use split::{CommitCheck, Split};
+pub use split::{Split, SplitDatabase};
 pub use store::SqlStore;
 pub use tx::Tx;
 

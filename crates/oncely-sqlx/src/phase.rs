@@ -51,25 +51,35 @@ pub(crate) fn warn_if_long<S: SqlStore>(sh: &Shared<S>, opened: Instant) {
     }
 }
 
-/// A split store's completion (docs/DESIGN.md, "Split stores"): the intent, if any, then the
-/// business commit, then the stored response in the key store. `recorded` says whether the
-/// intent was recorded (also when a later step failed).
+/// A split store's completion (docs/DESIGN.md, "Split stores"): the response into the
+/// progress ledger in the business transaction (fenced by the token), the business commit, then
+/// the response into the key store. Once the business commit is done the response is the
+/// request's, whatever the key store answers: a key store that fails (or a crash) there leaves
+/// its record in flight, and the next claim of the key replays the response from the ledger.
 pub(crate) async fn split_finish<S: SqlStore>(
     sh: &Shared<S>,
     mut tx: Transaction<'static, S::Database>,
-    intent: Option<&str>,
     stored: &oncely_core::StoredResponse,
-    recorded: &mut bool,
 ) -> Result<(), TxError> {
-    if let Some(rp) = intent {
-        sh.store
-            .checkpoint_in(&mut tx, &sh.id, sh.token, rp, sh.lease, None)
-            .await?;
-        *recorded = true;
-    }
-    sh.store.commit(tx).await.map_err(|e| reported(sh, e))?;
     sh.store
+        .complete_in(&mut tx, &sh.id, sh.token, stored, sh.retention, false)
+        .await
+        .map_err(|e| reported(sh, e))?;
+    sh.store.commit(tx).await.map_err(|e| reported(sh, e))?;
+    match sh
+        .store
         .complete(&sh.id, sh.token, stored.clone(), sh.retention)
-        .await?;
+        .await
+    {
+        Ok(()) => {}
+        Err(oncely_core::StoreError::Fenced) => {
+            // A claim took the key over after this commit and found the response in the
+            // ledger: it replays it and stores it itself.
+            tracing::debug!(scope = %sh.id.scope, key = %sh.id.key, token = sh.token.0, "split store: the key store's completion was fenced; the ledger's response stands");
+        }
+        Err(e) => {
+            tracing::warn!(scope = %sh.id.scope, key = %sh.id.key, token = sh.token.0, error = %e, "split store: the response committed with the business writes (progress ledger) but the key store did not take it; the key answers in flight until its lease lapses, then the next claim replays the response from the ledger");
+        }
+    }
     Ok(())
 }

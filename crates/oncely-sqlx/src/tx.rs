@@ -8,7 +8,6 @@ use axum::response::{IntoResponse, Response};
 use oncely_core::response::capture_response;
 use oncely_core::{ClaimKind, RecordKey};
 use oncely_tower::{ClaimState, ResponseCommitted};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sqlx::{Database, Transaction};
 use std::fmt;
@@ -204,34 +203,10 @@ impl<S: SqlStore> Tx<S> {
     /// [`TxError::ResponseFailed`](crate::TxError::ResponseFailed) when the response body broke
     /// while it was read (nothing commits).
     pub async fn commit(self, response: impl IntoResponse) -> Result<Response, crate::TxError> {
-        self.finish(None, response).await
+        self.finish(response).await
     }
 
-    /// [`Tx::commit`] for a phase that creates something the retry must not create again
-    /// (a row whose id this attempt minted): `step` names it. On the transactional stores this
-    /// is exactly [`Tx::commit`] (one commit; `step` is not written, the response is). On a
-    /// [`Split`](crate::Split) store, whose response cannot commit with the writes, `step` is
-    /// recorded first as the intent, so a crash between the business commit and the stored
-    /// response resumes with the same id.
-    ///
-    /// # Errors
-    ///
-    /// As [`Tx::commit`], and [`TxError::RecoveryPoint`](crate::TxError::RecoveryPoint) when
-    /// `step` does not serialize.
-    pub async fn commit_as<T: Serialize>(
-        self,
-        step: &T,
-        response: impl IntoResponse,
-    ) -> Result<Response, crate::TxError> {
-        self.finish(Some(serde_json::to_string(step)?), response)
-            .await
-    }
-
-    async fn finish(
-        mut self,
-        intent: Option<String>,
-        response: impl IntoResponse,
-    ) -> Result<Response, crate::TxError> {
+    async fn finish(mut self, response: impl IntoResponse) -> Result<Response, crate::TxError> {
         let response = response.into_response().map(|b| {
             use http_body_util::BodyExt;
             oncely_core::response::Body::new(b.map_err(Into::into))
@@ -267,13 +242,9 @@ impl<S: SqlStore> Tx<S> {
                 .await
                 .map_err(|e| reported(&sh, e))
         } else {
-            // A split store: the intent, the business commit, then the stored response.
-            let mut recorded = false;
-            let result = split_finish(&sh, tx, intent.as_deref(), &stored, &mut recorded).await;
-            if let Some(rp) = intent.filter(|_| recorded) {
-                claim.phase_committed(Some(rp));
-            }
-            result
+            // A split store: the response into its progress ledger with the business writes,
+            // the business commit, then the stored response in the key store.
+            split_finish(&sh, tx, &stored).await
         };
         result?;
         claim.response_committed(Arc::new(stored));

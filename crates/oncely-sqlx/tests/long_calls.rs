@@ -296,7 +296,9 @@ async fn mysql() -> Option<oncely_mysql::MySqlStore> {
 
 /// Keys in `keys`, business transactions in a fresh SQLite database.
 async fn split(keys: Arc<dyn Maintenance>) -> oncely_sqlx::Split<sqlx::Sqlite> {
-    oncely_sqlx::Split::new(keys, sqlite().await.pool().clone())
+    oncely_sqlx::Split::connect(keys, sqlite().await.pool().clone())
+        .await
+        .unwrap()
 }
 
 async fn redis(url_var: &str, extra: &str) -> Option<Arc<dyn Maintenance>> {
@@ -348,6 +350,13 @@ both_shapes!(
     Renewal::BlockedByAnOpenPhase
 );
 both_shapes!(on_postgres, postgres().await, Renewal::Always);
+both_shapes!(
+    on_postgres_with_the_fewest_round_trips,
+    postgres().await.map(|s| s
+        .with_claim_sent_with_begin(true)
+        .with_completion_sent_with_commit(true)),
+    Renewal::Always
+);
 both_shapes!(on_mysql, mysql().await, Renewal::Always);
 both_shapes!(
     on_memory_keys,

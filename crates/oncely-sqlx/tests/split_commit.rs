@@ -105,7 +105,9 @@ async fn harness() -> Option<Harness> {
     .unwrap();
     tx.commit().await.unwrap();
     let keys = Arc::new(MemoryStore::new());
-    let store = Split::new(Arc::clone(&keys) as Arc<dyn Maintenance>, pool.clone());
+    let store = Split::connect(Arc::clone(&keys) as Arc<dyn Maintenance>, pool.clone())
+        .await
+        .unwrap();
     let router = Router::new()
         .route("/orders", post(handler))
         .layer(oncely_sqlx::layer(store, Policy::default()))

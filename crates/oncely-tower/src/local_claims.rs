@@ -95,7 +95,9 @@ mod tests {
         RecordKey::new(Scope::new("s"), IdempotencyKey::new(k).unwrap())
     }
 
-    #[tokio::test]
+    // On tokio's paused clock: the waits below are virtual time, so the bound is checked
+    // exactly (no real timing).
+    #[tokio::test(start_paused = true)]
     async fn one_turn_per_key_others_wait_then_pass() {
         let claims = Arc::new(LocalClaims::default());
         let first = claims.turn(&id("a"), Duration::from_secs(1)).await.unwrap();
@@ -111,7 +113,10 @@ mod tests {
                 .await
                 .is_none()
         );
-        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert!(
+            started.elapsed() >= Duration::from_millis(50),
+            "it waited its bound"
+        );
         // A waiter gets the turn as soon as the holder ends.
         let waiter = {
             let claims = Arc::clone(&claims);

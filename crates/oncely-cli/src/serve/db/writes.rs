@@ -1,7 +1,7 @@
 //! [`BusinessDb`]: the business writes (and the reads a resumed request needs), on the
 //! connection of the handler's transaction, for each of the three databases.
 
-use super::rows::{NewPayment, Order, Payment, WebhookEvent, order_from, payment_from};
+use super::rows::{NewPayment, Payment, WebhookEvent, payment_from};
 use super::sql::Q;
 
 /// The business writes (and the reads a resumed request needs), on the connection of the
@@ -43,8 +43,6 @@ pub trait BusinessDb: sqlx::Database {
         items: &str,
         created_at: i64,
     ) -> sqlx::Result<()>;
-    /// The caller's order by id.
-    async fn order(c: &mut Self::Connection, scope: &str, id: &str) -> sqlx::Result<Option<Order>>;
     /// Records one application of a webhook event.
     async fn record_webhook_event(
         c: &mut Self::Connection,
@@ -144,18 +142,6 @@ macro_rules! business_db {
                     .execute(c)
                     .await
                     .map(drop)
-            }
-            async fn order(
-                c: &mut <$db as sqlx::Database>::Connection,
-                scope: &str,
-                id: &str,
-            ) -> sqlx::Result<Option<Order>> {
-                let row = sqlx::query(Self::sql(Q::SelectOrderById))
-                    .bind(scope)
-                    .bind(id)
-                    .fetch_optional(c)
-                    .await?;
-                row.as_ref().map(order_from).transpose()
             }
             async fn record_webhook_event(
                 c: &mut <$db as sqlx::Database>::Connection,

@@ -9,22 +9,9 @@ use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use oncely_core::{Clock, Scope, SystemClock};
-use oncely_sqlx::{SqlStore, Tx, TxError};
-use serde::{Deserialize, Serialize};
+use oncely_sqlx::{SqlStore, Tx};
+use serde::Deserialize;
 use serde_json::{Value, json};
-
-/// The step of a single-phase order: names the order this attempt created, so a resumed
-/// request (on a store that cannot commit the response with the row) answers with the same
-/// order instead of creating a second one.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "step", rename_all = "snake_case")]
-pub enum OrderStep {
-    /// The order row is recorded.
-    Recorded {
-        /// The order's id.
-        order: String,
-    },
-}
 
 /// The body of `POST /v1/orders` (read loosely: every invalid item is reported in one `422`).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -106,16 +93,7 @@ where
     }
     let result: Result<Response, Failure> = async {
         let key = tx.id().key.as_str().to_owned();
-        let resumed = tx.resume_from::<OrderStep>()?;
-        let (id, existing) = match resumed {
-            // A resumed request (its first attempt died before the response was stored, on a
-            // split store) keeps the order it recorded, and answers with its row.
-            Some(OrderStep::Recorded { order }) => {
-                let existing = S::Database::order(&mut tx, scope.as_str(), &order).await?;
-                (order, existing)
-            }
-            None => (format!("ord_{}", uuid::Uuid::now_v7().simple()), None),
-        };
+        let id = format!("ord_{}", uuid::Uuid::now_v7().simple());
         let created_at = SystemClock.now_millis();
         let items = Value::Array(items);
         S::Database::insert_order(
@@ -127,19 +105,13 @@ where
             created_at,
         )
         .await?;
-        // A fresh request knows its row already (no read on the hot path).
-        let order = match existing {
-            Some(existing) => serde_json::to_value(existing).map_err(TxError::from)?,
-            None => json!({"id": id, "items": items, "created_at": created_at}),
-        };
+        let order = json!({"id": id, "items": items, "created_at": created_at});
         let resp = json_response(
             StatusCode::CREATED,
             &order,
             Some(format!("/v1/orders/{id}")),
         );
-        Ok(tx
-            .commit_as(&OrderStep::Recorded { order: id }, resp)
-            .await?)
+        Ok(tx.commit(resp).await?)
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)

@@ -165,8 +165,9 @@ fn sqlite_url(path: &str) -> String {
     format!("sqlite://{path}?mode=rwc")
 }
 
-/// Keys in `store` (memory, Redis), business data in the embedded SQLite `db`.
-fn split(store: Arc<dyn Maintenance>, db: Db) -> Opened {
+/// Keys in `store` (memory, Redis), business data in the embedded SQLite `db`, with the split
+/// store's progress ledger in it.
+async fn split(store: Arc<dyn Maintenance>, db: Db) -> Result<Opened> {
     #[allow(clippy::infallible_destructuring_match)]
     let pool = match &db {
         Db::Sqlite(pool) => pool.clone(),
@@ -175,11 +176,14 @@ fn split(store: Arc<dyn Maintenance>, db: Db) -> Opened {
         #[cfg(feature = "mysql")]
         Db::Mysql(_) => unreachable!("the embedded business database is SQLite"),
     };
-    Opened {
-        backend: Backend::Split(oncely_sqlx::Split::new(store.clone(), pool)),
+    let split = oncely_sqlx::Split::connect(store.clone(), pool)
+        .await
+        .context("create the split store's progress ledger in the business database")?;
+    Ok(Opened {
+        backend: Backend::Split(split),
         store,
         db,
-    }
+    })
 }
 /// Opens a key store (running its migrations) and the business database next to it.
 /// `business_path` is where the embedded business database goes for the memory and Redis stores;
@@ -208,7 +212,9 @@ pub async fn open(
         Ok(Db::Sqlite(pool))
     }
     let opened = match url {
-        StoreUrl::Memory => split(Arc::new(MemoryStore::new()), plain_db(business_path).await?),
+        StoreUrl::Memory => {
+            split(Arc::new(MemoryStore::new()), plain_db(business_path).await?).await?
+        }
         StoreUrl::Sqlite(path) => {
             let store = oncely_sqlite::SqliteStore::connect(&sqlite_url(path))
                 .await

@@ -107,7 +107,7 @@ pub(super) async fn open_redis(url: &str, db: Db) -> Result<Opened> {
             });
         }
     }
-    Ok(super::split(standby, db))
+    super::split(standby, db).await
 }
 
 /// An SQL key store's own migrations (`PostgresStore::migrate`, `MySqlStore::migrate`).
