@@ -2,9 +2,9 @@
 //! `(scope, key)` in the **business** database, written in the same transaction as each phase's
 //! business writes, so that what committed and what the ledger says can never disagree.
 //!
-//! - The claim writes the row with the claim's fencing token (in the handler's first
-//!   transaction) and reads back what an earlier owner of the same request committed: its last
-//!   recovery point, or its whole response.
+//! - The claim writes the row with the claim's fencing token (in a transaction of its own,
+//!   committed before the handler's first one) and reads back what an earlier owner of the
+//!   same request committed: its last recovery point, or its whole response.
 //! - Every phase's commit updates the row only where its token is still the row's: a request
 //!   whose lease lapsed and that another request took over commits nothing (its update finds
 //!   the newer token; the phase rolls back as fenced), even though the key store and the
@@ -202,7 +202,7 @@ fn found(row: Returned) -> Result<Found, TxError> {
 pub trait LedgerSql: sqlx::Database {
     /// Creates the table and its index if they do not exist.
     async fn create_ledger(pool: &sqlx::Pool<Self>) -> Result<(), sqlx::Error>;
-    /// The claim's upsert on the first phase's transaction.
+    /// The claim's upsert, in a transaction of its own (committed before the first phase).
     async fn ledger_claim(
         conn: &mut Self::Connection,
         row: &ClaimRow<'_>,

@@ -11,8 +11,10 @@
 //! key now (docs/DESIGN.md, "Split stores"):
 //!
 //! - the claim commits in the key store first, before the handler runs (like the plain layer),
-//!   then writes its fencing token into the ledger row in the handler's first transaction and
-//!   reads back what an earlier owner of the same request committed there: a takeover resumes
+//!   then writes its fencing token into the ledger row, in a business transaction of its own
+//!   that commits before the handler's first one, and reads back what an earlier owner of the
+//!   same request committed there (so the row never goes back to what it was before a claim
+//!   whose first phase rolled back): a takeover resumes
 //!   at the ledger's recovery point (not at the key store's, which may name a step whose
 //!   transaction never committed), and replays the ledger's response if the request had
 //!   finished;
@@ -161,11 +163,12 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
         false
     }
 
-    /// The business transaction first, then the claim in the key store, committed at once,
-    /// then the ledger row in the business transaction: its token raised to the claim's (which
-    /// fences the business commits of the request's previous owner), and what that owner
-    /// committed read back. A response found there is replayed (and handed to the key store);
-    /// a recovery point found there is where a takeover resumes.
+    /// A business transaction first, then the claim in the key store, committed at once, then
+    /// the ledger row in that business transaction, committed on its own: its token set to the
+    /// claim's (which fences the business commits of the request's previous owner), and what
+    /// that owner committed read back. A response found there is replayed (and handed to the
+    /// key store); a recovery point found there is where the request resumes. The handler's
+    /// first phase is a second business transaction, begun after that commit.
     async fn claim_tx(
         &self,
         req: &ClaimRequest,
@@ -193,12 +196,26 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
                 .saturating_add(ledger::millis(req.lease))
                 .saturating_add(ledger::millis(req.retention)),
         };
-        let found = match DB::ledger_claim(&mut tx, &row).await {
-            Ok(found) => found,
+        // The row commits on its own, before the handler's first transaction: whatever that
+        // transaction does, the row says who claimed last (which fences the previous owner's
+        // business commits at once) and what this claim kept, so a later takeover never reads
+        // a row as it was before a claim whose first phase rolled back.
+        let claimed = async {
+            let found = DB::ledger_claim(&mut tx, &row).await?;
+            tx.commit().await?;
+            // The handler's first phase (none for a replay).
+            let next = match found.response {
+                Some(_) => None,
+                None => Some(self.pool.begin().await?),
+            };
+            Ok::<_, TxError>((found, next))
+        }
+        .await;
+        let (found, tx) = match claimed {
+            Ok(claimed) => claimed,
             Err(e) => {
-                // Nothing of the request ran: the key is free again (its ledger row, untouched,
-                // still says what committed, for the next claim to read).
-                drop(tx);
+                // Nothing of the request ran: the key is free again (its ledger row still says
+                // what committed, for the next claim to read).
                 let _ = self.keys.release(&req.id, claim.token).await;
                 return Err(store_error(e));
             }
@@ -206,7 +223,6 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
         if let Some((response, completed_at)) = found.response {
             // The request finished: its response committed with its writes, and the key store
             // never got it (a crash, or the key store failing, in between).
-            drop(tx);
             tracing::info!(scope = %req.id.scope, key = %req.id.key, "split store: the response was committed in the progress ledger but not in the key store; replaying it, and storing it there now");
             if let Err(e) = self
                 .keys
@@ -232,7 +248,7 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
         };
         Ok((
             ClaimOutcome::Claimed(claim.with_recovery_point(recovery_point)),
-            Some(tx),
+            tx,
         ))
     }
 
