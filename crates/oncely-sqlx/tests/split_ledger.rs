@@ -655,3 +655,20 @@ async fn postgres_pool() -> Option<sqlx::PgPool> {
 
 suite!(sqlite, sqlx::Sqlite, sqlite_pool());
 suite!(postgres, sqlx::Postgres, postgres_pool());
+
+/// A table named like the ledger but of another shape (an older build's, or someone else's) is
+/// refused when the store connects, with the table named, rather than failing every claim.
+#[tokio::test]
+async fn a_ledger_table_of_another_shape_is_refused_at_connect() {
+    let pool = sqlite_pool().await.unwrap();
+    sqlx::query("CREATE TABLE oncely_split_progress (scope TEXT, idempotency_key TEXT)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let keys: Arc<dyn Maintenance> = Arc::new(MemoryStore::new());
+    let err = Split::connect(keys, pool).await.unwrap_err().to_string();
+    assert!(
+        err.contains("oncely_split_progress exists with another shape"),
+        "{err}"
+    );
+}

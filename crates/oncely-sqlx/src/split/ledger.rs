@@ -64,6 +64,9 @@ pub struct ClaimRow<'a> {
     pub replay_window: Duration,
     /// When the row may be deleted, at the earliest (epoch milliseconds).
     pub expires_at: UnixMillis,
+    /// The claim's retention: each checkpoint keeps the row at least this long after the
+    /// lease it renews.
+    pub retention: Duration,
 }
 
 /// What an earlier owner of the request committed, as the claim read it back.
@@ -97,8 +100,18 @@ fn create_table(blob: &str) -> String {
          body {blob}, \
          body_retained BOOLEAN, \
          completed_at BIGINT, \
+         retention_ms BIGINT NOT NULL, \
          expires_at BIGINT NOT NULL, \
          PRIMARY KEY (scope, idempotency_key))"
+    )
+}
+
+/// Reads no row but names every column: fails on a table of this name with another shape.
+fn check_sql() -> String {
+    format!(
+        "SELECT scope, idempotency_key, token, claims, fingerprint_version, fingerprint, \
+         recovery_point, status, headers, body, body_retained, completed_at, retention_ms, \
+         expires_at FROM {TABLE} WHERE 1 = 0"
     )
 }
 
@@ -106,7 +119,8 @@ const CREATE_INDEX: &str = "CREATE INDEX IF NOT EXISTS oncely_split_progress_exp
      ON oncely_split_progress (expires_at)";
 
 /// `$1` scope, `$2` key, `$3` token, `$4` fingerprint version, `$5` fingerprint digest, `$6`
-/// expires at, `$7` [`Keep`] value, `$8` now, `$9` replay window (milliseconds). Every `SET`
+/// expires at, `$7` [`Keep`] value, `$8` now, `$9` replay window, `$10` retention (milliseconds).
+/// Every `SET`
 /// expression reads the row as it was before the statement.
 fn claim_sql() -> String {
     let keep = "($7 = 2 OR ($7 = 1 \
@@ -116,9 +130,10 @@ fn claim_sql() -> String {
     let kept = |col: &str| format!("{col} = CASE WHEN {keep} THEN p.{col} END");
     format!(
         "INSERT INTO {TABLE} AS p (scope, idempotency_key, token, claims, fingerprint_version, \
-         fingerprint, expires_at) VALUES ($1, $2, $3, 1, $4, $5, $6) \
+         fingerprint, retention_ms, expires_at) VALUES ($1, $2, $3, 1, $4, $5, $10, $6) \
          ON CONFLICT (scope, idempotency_key) DO UPDATE SET \
          token = $3, claims = p.claims + 1, fingerprint_version = $4, fingerprint = $5, \
+         retention_ms = $10, \
          expires_at = CASE WHEN p.expires_at > $6 THEN p.expires_at ELSE $6 END, \
          {}, {}, {}, {}, {}, {} \
          RETURNING claims, recovery_point, status, headers, body, body_retained, completed_at",
@@ -131,11 +146,13 @@ fn claim_sql() -> String {
     )
 }
 
-/// `$1` scope, `$2` key, `$3` token, `$4` recovery point, `$5` expires at.
+/// `$1` scope, `$2` key, `$3` token, `$4` recovery point, `$5` the end of the renewed lease
+/// (epoch milliseconds): the row is kept at least the claim's retention after it.
 fn checkpoint_sql() -> String {
     format!(
         "UPDATE {TABLE} SET recovery_point = $4, \
-         expires_at = CASE WHEN expires_at > $5 THEN expires_at ELSE $5 END \
+         expires_at = CASE WHEN expires_at > $5 + retention_ms THEN expires_at \
+         ELSE $5 + retention_ms END \
          WHERE scope = $1 AND idempotency_key = $2 AND token = $3"
     )
 }
@@ -200,7 +217,8 @@ fn found(row: Returned) -> Result<Found, TxError> {
 /// business writes in. Sealed: implemented for `sqlx::Postgres` and `sqlx::Sqlite`.
 #[async_trait::async_trait]
 pub trait LedgerSql: sqlx::Database {
-    /// Creates the table and its index if they do not exist.
+    /// Creates the table and its index if they do not exist, and checks that the table has
+    /// every column (an error names the table when it has another shape).
     async fn create_ledger(pool: &sqlx::Pool<Self>) -> Result<(), sqlx::Error>;
     /// The claim's upsert, in a transaction of its own (committed before the first phase).
     async fn ledger_claim(
@@ -246,6 +264,15 @@ macro_rules! ledger_sql {
                 sqlx::query(sqlx::AssertSqlSafe(create_table($blob)))
                     .execute(&mut *tx)
                     .await?;
+                sqlx::query(sqlx::AssertSqlSafe(check_sql()))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| {
+                        sqlx::Error::Protocol(format!(
+                            "the table {TABLE} exists with another shape than the split store's \
+                             progress ledger ({e}); rename or drop it"
+                        ))
+                    })?;
                 sqlx::query(CREATE_INDEX).execute(&mut *tx).await?;
                 tx.commit().await
             }
@@ -264,6 +291,7 @@ macro_rules! ledger_sql {
                     .bind(row.keep.value())
                     .bind(row.now)
                     .bind(millis(row.replay_window))
+                    .bind(millis(row.retention))
                     .fetch_one(&mut *conn)
                     .await?;
                 found(returned)

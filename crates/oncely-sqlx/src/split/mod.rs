@@ -195,6 +195,7 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
             expires_at: now
                 .saturating_add(ledger::millis(req.lease))
                 .saturating_add(ledger::millis(req.retention)),
+            retention: req.retention,
         };
         // The row commits on its own, before the handler's first transaction: whatever that
         // transaction does, the row says who claimed last (which fences the previous owner's
@@ -276,7 +277,7 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
         lease: Duration,
         _request: Option<&[u8]>,
     ) -> Result<(), TxError> {
-        // Never earlier than the claim set it (lease and retention from the claim).
+        // The end of the renewed lease; the row is kept the claim's retention after it.
         let expires_at = SystemClock
             .now_millis()
             .saturating_add(ledger::millis(lease));
