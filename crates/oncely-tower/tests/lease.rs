@@ -285,6 +285,47 @@ async fn a_hanging_store_times_out_to_503_and_the_handler_never_runs() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_claim_recorded_after_its_timeout_is_answered_as_unknown_and_runs_once() {
+    // docs/DESIGN.md, "Store outages fail closed": the store records the claim but its answer
+    // never reaches the layer. The 503 must not say the request did not happen: the claim
+    // stands, the same key is in flight until its lease lapses, then a retry runs it once.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let routes = slow_counting_routes(calls.clone(), Duration::ZERO);
+    let inner = paused_store();
+    let stalled = Arc::new(FaultStore::new(inner.clone(), Fault::RecordThenHang));
+    let app_stalled = app(IdempotencyLayer::new(stalled), routes.clone());
+    let app_healthy = app(
+        IdempotencyLayer::new(Arc::new(FaultStore::new(inner, Fault::None))),
+        routes,
+    );
+    let req = || post_req("/v1/payments", "acct", Some("late"), BODY);
+
+    let got = send(&app_stalled, req()).await;
+    assert_eq!(got.code(), "idempotency_store_unavailable");
+    let detail = got.json()["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("may still have recorded") && detail.contains("the same key"),
+        "{detail}"
+    );
+    assert!(!detail.contains("was not executed"), "{detail}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    // The recorded claim holds the key: the retry is told it is in flight, nothing runs.
+    let retry = send(&app_healthy, req()).await;
+    assert_eq!(retry.code(), "idempotency_request_in_flight");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    // Past the default 30 s lease the retry takes the key over and runs the request once;
+    // the next copy replays it.
+    sleep(Duration::from_secs(31)).await;
+    let taken = send(&app_healthy, req()).await;
+    assert_eq!(taken.status, StatusCode::CREATED);
+    let again = send(&app_healthy, req()).await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn fifty_concurrent_requests_on_a_slow_store_run_at_most_once() {
     // docs/DESIGN.md, "Store slow or failing": the store answers in 200 ms. With a 5 s timeout the claim arbitrates (one
     // execution, the rest 409); with a 100 ms timeout nothing runs and everyone gets 503.

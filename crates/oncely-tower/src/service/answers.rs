@@ -15,13 +15,16 @@ use oncely_core::{
     clock::duration_millis,
 };
 
+/// `503 idempotency_store_unavailable`: a store call failed or timed out. A claim that timed
+/// out may have been recorded all the same, so the detail never says the request did not
+/// happen (docs/DESIGN.md, "Store outages fail closed").
 pub(super) fn unavailable(config: &Config) -> Response<Body> {
     code_response(
         &*config.dialect,
         ErrorCode::StoreUnavailable,
         config.policy.profile,
         format!(
-            "the idempotency key store did not answer in time (unreachable, failing, busy past its lock timeout, or out of connections); the request was not executed. Retry after {} second(s) with the same key",
+            "the idempotency key store did not answer in time (unreachable, failing, busy past its lock timeout, or out of connections), so this attempt did not run the request; the store may still have recorded its claim. Retry after {} second(s) with the same key, never a new one: a recorded claim is answered 409 idempotency_request_in_flight until its lease lapses, and the key keeps the request to one execution",
             config.policy.retry_after_secs
         ),
         config.policy.retry_after_secs,

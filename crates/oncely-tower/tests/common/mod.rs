@@ -101,6 +101,9 @@ pub enum Fault {
     FailAll,
     /// `claim` never answers.
     HangClaim,
+    /// `claim` is recorded by the store, then its answer never arrives (a store that applied
+    /// a queued write after its client stopped waiting, as Redis does under `CLIENT PAUSE`).
+    RecordThenHang,
     /// `claim` answers after this delay.
     SlowClaim(Duration),
     /// `renew` fails (the owner's heartbeats never reach the store).
@@ -161,6 +164,10 @@ impl oncely_core::StoreWrapper for FaultStore {
         match self.fault {
             Fault::HangClaim => std::future::pending::<()>().await,
             Fault::SlowClaim(d) => tokio::time::sleep(d).await,
+            Fault::RecordThenHang => {
+                inner.claim(req).await?;
+                return std::future::pending().await;
+            }
             _ => {}
         }
         inner.claim(req).await
