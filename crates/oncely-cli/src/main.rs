@@ -144,14 +144,15 @@ async fn run(cli: Cli) -> Result<bool> {
             policy,
         } => {
             policy.check_lease()?;
-            let processor_url = match processor_url {
-                Some(u) => u,
+            // Without --processor-url, a processor of its own: its address is bound now (the
+            // API's client needs it) and it starts serving once the store has been accepted, so
+            // a refused store never logs a processor that started.
+            let (processor_url, own_processor) = match processor_url {
+                Some(u) => (u, None),
                 None => {
                     let (l, url) = listen("127.0.0.1:0".parse()?).await?;
                     let router = processor::router(&webhook_secret, processor::Latency::default())?;
-                    tokio::spawn(async move { axum::serve(l, router).await });
-                    tracing::info!(%url, "started the outside card processor and mailer in this process");
-                    url
+                    (url, Some((l, router)))
                 }
             };
             let cfg = ServeConfig {
@@ -167,6 +168,10 @@ async fn run(cli: Cli) -> Result<bool> {
                 webhook_secret,
             };
             let (app, router) = serve::build(&cfg).await?;
+            if let Some((l, router)) = own_processor {
+                tokio::spawn(async move { axum::serve(l, router).await });
+                tracing::info!(url = %cfg.processor_url, "started the outside card processor and mailer in this process");
+            }
             let (listener, url) = listen(addr).await?;
             if reap_every_secs > 0 {
                 app.spawn_reaper(Duration::from_secs(reap_every_secs));
