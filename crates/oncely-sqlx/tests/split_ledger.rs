@@ -504,10 +504,12 @@ macro_rules! suite {
 
             /// A request's lease lapses in its second phase and another request takes the key
             /// over, whose first phase then fails without committing (suspended at the step).
-            /// The first request, going on, was still taken over: its business commit must be
-            /// fenced, even though the taker's phase committed nothing.
+            /// The taker's rollback takes its ledger write with it, so the row is again what
+            /// the first request's last commit left: that request, going on, commits the
+            /// second phase (the only one to do so), and every retry replays its response. The
+            /// step commits once, on the state its committer resumed from.
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_taken_over_request_is_fenced_even_when_the_takers_phase_rolled_back() {
+            async fn a_taker_whose_phase_rolled_back_leaves_the_step_to_commit_once() {
                 let Some(h) = harness().await else { return };
                 let key = fresh_key("fenced-rb");
                 let owner = {
@@ -522,12 +524,14 @@ macro_rules! suite {
                 h.seen.go_on.notify_one();
                 let owner = owner.await.unwrap();
                 h.faults.refuse_renewals.store(false, Ordering::SeqCst);
-                assert_eq!(owner.status, 409, "the owner was taken over: {}", owner.body);
+                assert_eq!(owner.status, 201, "nobody else committed the step: {}", owner.body);
                 let done = h.until_final("/two", &key).await;
-                assert_eq!(done.status, 201, "{}", done.body);
+                assert_eq!((done.status, done.replayed), (201, true), "{}", done.body);
+                assert_eq!(done.body, owner.body, "the one committed response");
                 assert_eq!(h.rows(&key, 1).await, 1);
                 assert_eq!(h.rows(&key, 2).await, 1);
                 assert_eq!(h.seen.first_phases.load(Ordering::SeqCst), 1);
+                assert_eq!(h.seen.second_phases.load(Ordering::SeqCst), 2, "the owner's and the taker's");
             }
 
             /// A request stalls between its claim in the key store and its ledger write (a

@@ -2,13 +2,14 @@
 //! `(scope, key)` in the **business** database, written in the same transaction as each phase's
 //! business writes, so that what committed and what the ledger says can never disagree.
 //!
-//! - The claim writes the row with the claim's fencing token (in a transaction of its own,
-//!   committed before the handler's first one) and reads back what an earlier owner of the
-//!   same request committed: its last recovery point, or its whole response.
-//! - Every phase's commit updates the row only where its token is still the row's: a request
-//!   whose lease lapsed and that another request took over commits nothing (its update finds
-//!   the newer token; the phase rolls back as fenced), even though the key store and the
-//!   business database are two systems.
+//! - The claim writes the row with the claim's fencing token, as the first statement of the
+//!   handler's first transaction, and reads back what an earlier owner of the same request
+//!   committed: its last recovery point, or its whole response.
+//! - Every phase's commit updates the row only where its token is still the row's: once a
+//!   request that took the key over has committed a phase, the request it took over commits
+//!   nothing (its update finds the newer token; the phase rolls back as fenced), even though
+//!   the key store and the business database are two systems. Each phase commits once, on the
+//!   state the last commit left.
 //! - The last phase writes the response into the row with its writes; the key store learns it
 //!   afterwards. A crash, or a key store that fails, between the two leaves the record in
 //!   flight in the key store, and the next claim replays the response from the ledger.
@@ -26,15 +27,13 @@ pub(super) const TABLE: &str = "oncely_split_progress";
 /// What the claim keeps of an existing row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {
-    /// Nothing: a brand-new request (the key store found no record it could resume, and the row,
-    /// if any, is another request's or past its time). Value 0.
+    /// Nothing: a new request on the key after its replay window. Value 0.
     Nothing,
     /// What the same request (same fingerprint) committed, if the row is not past its expiry
-    /// and its response not past the replay window: the key store lost or released its record.
-    /// Value 1.
+    /// and its response not past the replay window: a takeover, or a first claim after the key
+    /// store lost or released a record whose phase had committed. A row of another request, or
+    /// of an earlier use of the key, is started over. Value 1.
     SameRequest,
-    /// Everything: the key store handed over a record in flight (a takeover). Value 2.
-    Everything,
 }
 
 impl Keep {
@@ -42,7 +41,6 @@ impl Keep {
         match self {
             Self::Nothing => 0,
             Self::SameRequest => 1,
-            Self::Everything => 2,
         }
     }
 }
@@ -76,8 +74,6 @@ pub struct Found {
     pub recovery_point: Option<String>,
     /// Its response and when it committed (epoch milliseconds).
     pub response: Option<(StoredResponse, UnixMillis)>,
-    /// Whether the row existed before this claim (`false`: written by it).
-    pub existed: bool,
 }
 
 /// Milliseconds of `d`, saturating.
@@ -123,10 +119,10 @@ const CREATE_INDEX: &str = "CREATE INDEX IF NOT EXISTS oncely_split_progress_exp
 /// Every `SET`
 /// expression reads the row as it was before the statement.
 fn claim_sql() -> String {
-    let keep = "($7 = 2 OR ($7 = 1 \
+    let keep = "($7 = 1 \
          AND p.fingerprint_version = $4 AND p.fingerprint = $5 \
          AND p.expires_at >= $8 \
-         AND (p.completed_at IS NULL OR p.completed_at + $9 >= $8)))";
+         AND (p.completed_at IS NULL OR p.completed_at + $9 >= $8))";
     let kept = |col: &str| format!("{col} = CASE WHEN {keep} THEN p.{col} END");
     format!(
         "INSERT INTO {TABLE} AS p (scope, idempotency_key, token, claims, fingerprint_version, \
@@ -136,7 +132,7 @@ fn claim_sql() -> String {
          retention_ms = $10, \
          expires_at = CASE WHEN p.expires_at > $6 THEN p.expires_at ELSE $6 END, \
          {}, {}, {}, {}, {}, {} \
-         RETURNING claims, recovery_point, status, headers, body, body_retained, completed_at",
+         RETURNING recovery_point, status, headers, body, body_retained, completed_at",
         kept("recovery_point"),
         kept("status"),
         kept("headers"),
@@ -177,7 +173,6 @@ fn reap_sql() -> String {
 
 /// A row as the claim's `RETURNING` gives it.
 type Returned = (
-    i64,
     Option<String>,
     Option<i32>,
     Option<Vec<u8>>,
@@ -191,7 +186,7 @@ fn corrupt(what: String) -> TxError {
 }
 
 fn found(row: Returned) -> Result<Found, TxError> {
-    let (claims, recovery_point, status, headers, body, retained, completed_at) = row;
+    let (recovery_point, status, headers, body, retained, completed_at) = row;
     let response = match (status, completed_at) {
         (Some(status), Some(at)) => {
             let (headers, trailers) =
@@ -209,7 +204,6 @@ fn found(row: Returned) -> Result<Found, TxError> {
     Ok(Found {
         recovery_point,
         response,
-        existed: claims > 1,
     })
 }
 
@@ -220,7 +214,7 @@ pub trait LedgerSql: sqlx::Database {
     /// Creates the table and its index if they do not exist, and checks that the table has
     /// every column (an error names the table when it has another shape).
     async fn create_ledger(pool: &sqlx::Pool<Self>) -> Result<(), sqlx::Error>;
-    /// The claim's upsert, in a transaction of its own (committed before the first phase).
+    /// The claim's upsert, the first statement of the first phase's transaction.
     async fn ledger_claim(
         conn: &mut Self::Connection,
         row: &ClaimRow<'_>,

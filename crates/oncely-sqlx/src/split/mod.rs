@@ -11,16 +11,16 @@
 //! key now (docs/DESIGN.md, "Split stores"):
 //!
 //! - the claim commits in the key store first, before the handler runs (like the plain layer),
-//!   then writes its fencing token into the ledger row, in a business transaction of its own
-//!   that commits before the handler's first one, and reads back what an earlier owner of the
-//!   same request committed there (so the row never goes back to what it was before a claim
-//!   whose first phase rolled back): a takeover resumes
-//!   at the ledger's recovery point (not at the key store's, which may name a step whose
-//!   transaction never committed), and replays the ledger's response if the request had
-//!   finished;
-//! - every phase's commit updates the row only where its token is still the row's, so a
-//!   request whose lease lapsed and that another request took over commits nothing (the phase
-//!   rolls back as fenced): the business writes are fenced, not only the key store's;
+//!   then writes its fencing token into the ledger row as the first statement of the handler's
+//!   first business transaction, and reads back what the same request committed there: a
+//!   takeover resumes at the ledger's recovery point (not at the key store's, which may name a
+//!   step whose transaction never committed), and replays the ledger's response if the request
+//!   had finished;
+//! - every phase's commit updates the row only where its token is still the row's, so once a
+//!   request that took the key over has committed, the request it took over commits nothing
+//!   (the phase rolls back as fenced): the business writes are fenced, not only the key
+//!   store's. A taker whose phase rolled back leaves the row as the last commit left it, so
+//!   each phase commits once, on the state the previous commit left;
 //! - [`Tx::checkpoint`](crate::Tx::checkpoint) writes its step into the row with the writes,
 //!   and into the key store before the business commit;
 //! - [`Tx::commit`](crate::Tx::commit) writes the response into the row with the writes, and
@@ -164,11 +164,12 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
     }
 
     /// A business transaction first, then the claim in the key store, committed at once, then
-    /// the ledger row in that business transaction, committed on its own: its token set to the
-    /// claim's (which fences the business commits of the request's previous owner), and what
-    /// that owner committed read back. A response found there is replayed (and handed to the
-    /// key store); a recovery point found there is where the request resumes. The handler's
-    /// first phase is a second business transaction, begun after that commit.
+    /// the ledger row as the first statement of that business transaction, which is the
+    /// handler's first phase: the row takes the claim's token (which fences the business
+    /// commits of the request's previous owner from this phase's commit on) and gives back
+    /// what the same request committed before, if anything. A response found there is replayed
+    /// (and handed to the key store; the transaction rolls back); a recovery point found there
+    /// is where the request resumes.
     async fn claim_tx(
         &self,
         req: &ClaimRequest,
@@ -179,9 +180,10 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
             // Nothing was written: dropping `tx` rolls the empty transaction back.
             other => return Ok((other, None)),
         };
+        // A takeover or a first claim keeps what the same request committed; after the replay
+        // window the request is a new one and keeps nothing.
         let keep = match claim.kind {
-            ClaimKind::Takeover => Keep::Everything,
-            ClaimKind::New => Keep::SameRequest,
+            ClaimKind::Takeover | ClaimKind::New => Keep::SameRequest,
             _ => Keep::Nothing,
         };
         let now = SystemClock.now_millis();
@@ -197,33 +199,24 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
                 .saturating_add(ledger::millis(req.retention)),
             retention: req.retention,
         };
-        // The row commits on its own, before the handler's first transaction: whatever that
-        // transaction does, the row says who claimed last (which fences the previous owner's
-        // business commits at once) and what this claim kept, so a later takeover never reads
-        // a row as it was before a claim whose first phase rolled back.
-        let claimed = async {
-            let found = DB::ledger_claim(&mut tx, &row).await?;
-            tx.commit().await?;
-            // The handler's first phase (none for a replay).
-            let next = match found.response {
-                Some(_) => None,
-                None => Some(self.pool.begin().await?),
-            };
-            Ok::<_, TxError>((found, next))
-        }
-        .await;
-        let (found, tx) = match claimed {
-            Ok(claimed) => claimed,
+        // In the first phase's transaction: if that phase rolls back, the row is again what
+        // the last committed phase left, whoever committed it, and the request resumes from
+        // there. On PostgreSQL the row stays locked until the phase ends (a takeover waits for
+        // the phase it takes over); on SQLite the phase holds the write lock from here.
+        let found = match DB::ledger_claim(&mut tx, &row).await {
+            Ok(found) => found,
             Err(e) => {
-                // Nothing of the request ran: the key is free again (its ledger row still says
-                // what committed, for the next claim to read).
+                // Nothing of the request ran: the key is free again.
+                drop(tx);
                 let _ = self.keys.release(&req.id, claim.token).await;
                 return Err(store_error(e));
             }
         };
         if let Some((response, completed_at)) = found.response {
             // The request finished: its response committed with its writes, and the key store
-            // never got it (a crash, or the key store failing, in between).
+            // never got it (a crash, or the key store failing, in between). Nothing to write
+            // in the business database: the transaction rolls back.
+            drop(tx);
             tracing::info!(scope = %req.id.scope, key = %req.id.key, "split store: the response was committed in the progress ledger but not in the key store; replaying it, and storing it there now");
             if let Err(e) = self
                 .keys
@@ -240,16 +233,11 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
                 None,
             ));
         }
-        // The ledger says where the request stands. A takeover of a record the ledger has no row
-        // for (written before the ledger existed) keeps the key store's recovery point.
-        let recovery_point = if found.existed || keep != Keep::Everything {
-            found.recovery_point
-        } else {
-            claim.recovery_point.clone()
-        };
+        // The ledger says where the request stands, never the key store, whose step may be one
+        // whose transaction did not commit.
         Ok((
-            ClaimOutcome::Claimed(claim.with_recovery_point(recovery_point)),
-            tx,
+            ClaimOutcome::Claimed(claim.with_recovery_point(found.recovery_point)),
+            Some(tx),
         ))
     }
 
