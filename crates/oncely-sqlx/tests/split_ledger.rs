@@ -267,7 +267,10 @@ macro_rules! suite {
             }
 
             async fn harness() -> Option<Harness> {
-                let pool: sqlx::Pool<Db> = $pool.await?;
+                Some(harness_on($pool.await?).await)
+            }
+
+            async fn harness_on(pool: sqlx::Pool<Db>) -> Harness {
                 sqlx::query(
                     "CREATE TABLE IF NOT EXISTS oncely_split_ledger_rows \
                      (id TEXT PRIMARY KEY, key TEXT NOT NULL, phase BIGINT NOT NULL)",
@@ -289,13 +292,64 @@ macro_rules! suite {
                     .with_state((Arc::clone(&seen), Arc::clone(&faults), store.clone()))
                     .layer(oncely_sqlx::layer(store.clone(), policy))
                     .layer(middleware::from_fn(authenticate));
-                Some(Harness {
+                Harness {
                     seen,
                     faults,
                     store,
                     pool,
                     router,
-                })
+                }
+            }
+
+            impl Harness {
+                /// The same routes behind a layer of their own (another process: a duplicate
+                /// is not answered by this one's local claims).
+                fn other_process(&self) -> Router {
+                    Router::new()
+                        .route("/single", post(single))
+                        .route("/two", post(two_phases))
+                        .with_state((Arc::clone(&self.seen), Arc::clone(&self.faults), self.store.clone()))
+                        .layer(oncely_sqlx::layer(
+                            self.store.clone(),
+                            Policy::default().with_lease(LEASE).with_heartbeat(HEARTBEAT),
+                        ))
+                        .layer(middleware::from_fn(authenticate))
+                }
+            }
+
+            /// A pool of one connection, held elsewhere: a request claims the key and waits for
+            /// the connection past its lease, and another process takes the key over and waits
+            /// too. When the connection comes free, the request that lost its claim answers
+            /// `409` (its renewal finds the key another's) and does not run; the owner runs
+            /// once.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_claim_that_waited_past_its_lease_for_a_connection_does_not_run() {
+                let Some(big) = harness().await else { return };
+                let pool: sqlx::Pool<Db> = sqlx::pool::PoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(4))
+                    .connect_with((*big.pool.connect_options()).clone())
+                    .await
+                    .unwrap();
+                let h = harness_on(pool.clone()).await;
+                let key = fresh_key("pool-wait");
+                let held = pool.acquire().await.unwrap();
+                let first = {
+                    let (router, key) = (h.router.clone(), key.clone());
+                    tokio::spawn(async move { send(&router, "/single", &key, false).await })
+                };
+                tokio::time::sleep(LEASE * 2).await;
+                let taker = {
+                    let (router, key) = (h.other_process(), key.clone());
+                    tokio::spawn(async move { send(&router, "/single", &key, false).await })
+                };
+                tokio::time::sleep(LEASE).await;
+                drop(held);
+                let (first, taker) = (first.await.unwrap(), taker.await.unwrap());
+                assert_eq!(first.status, 409, "the claim was lost while it waited: {}", first.body);
+                assert_eq!((taker.status, taker.replayed), (201, false), "{}", taker.body);
+                assert_eq!(h.seen.runs.load(Ordering::SeqCst), 1);
+                assert_eq!(h.rows(&key, 1).await, 1);
             }
 
             impl Harness {
@@ -562,14 +616,7 @@ macro_rules! suite {
                 h.faults.claim_held.notified().await;
                 tokio::time::sleep(LEASE * 2).await;
                 // Another process: a duplicate in this one waits for the stalled request locally.
-                let other = Router::new()
-                    .route("/two", post(two_phases))
-                    .with_state((Arc::clone(&h.seen), Arc::clone(&h.faults), h.store.clone()))
-                    .layer(oncely_sqlx::layer(
-                        h.store.clone(),
-                        Policy::default().with_lease(LEASE).with_heartbeat(HEARTBEAT),
-                    ))
-                    .layer(middleware::from_fn(authenticate));
+                let other = h.other_process();
                 let taker = {
                     let key = key.clone();
                     tokio::spawn(async move { send(&other, "/two", &key, true).await })

@@ -163,9 +163,9 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
         false
     }
 
-    /// A business transaction first, then the claim in the key store, committed at once, then
-    /// the ledger row as the first statement of that business transaction, which is the
-    /// handler's first phase: the row takes the claim's token (which fences the business
+    /// The claim in the key store, committed at once (a replay or any other answer ends here,
+    /// without a business transaction), then a business transaction, the handler's first
+    /// phase, whose first statement is the ledger row: the row takes the claim's token (which fences the business
     /// commits of the request's previous owner from this phase's commit on) and gives back
     /// what the same request committed before, if anything. A response found there is replayed
     /// (and handed to the key store; the transaction rolls back); a recovery point found there
@@ -174,12 +174,42 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
         &self,
         req: &ClaimRequest,
     ) -> Result<(ClaimOutcome, Option<Transaction<'static, DB>>), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(StoreError::unavailable)?;
         let claim = match self.keys.claim(req.clone()).await? {
             ClaimOutcome::Claimed(claim) => claim,
-            // Nothing was written: dropping `tx` rolls the empty transaction back.
+            // A replay, a duplicate in flight, a mismatch: nothing to do in the business
+            // database.
             other => return Ok((other, None)),
         };
+        let waited = std::time::Instant::now();
+        let mut tx = match self.pool.begin().await {
+            Ok(tx) => tx,
+            Err(e) => {
+                // No connection (or the database is down): nothing of the request ran, so the
+                // key is free again.
+                let _ = self.keys.release(&req.id, claim.token).await;
+                return Err(StoreError::unavailable(e));
+            }
+        };
+        // A wait for a connection (a small pool, busy) that took a third of the lease or more
+        // may have let the lease lapse and another request take the key over: renew it before
+        // the ledger write, and answer in flight if the key is another request's now.
+        if waited.elapsed() >= req.lease / 3 {
+            match self.keys.renew(&req.id, claim.token, req.lease).await {
+                Ok(_) => {}
+                Err(StoreError::Fenced) => {
+                    tracing::info!(scope = %req.id.scope, key = %req.id.key, "split store: the claim's lease lapsed while it waited for a business connection, and another request took the key over");
+                    let lease_expires_at = SystemClock
+                        .now_millis()
+                        .saturating_add(ledger::millis(req.lease));
+                    return Ok((ClaimOutcome::InFlight { lease_expires_at }, None));
+                }
+                Err(e) => {
+                    drop(tx);
+                    let _ = self.keys.release(&req.id, claim.token).await;
+                    return Err(e);
+                }
+            }
+        }
         // A takeover or a first claim keeps what the same request committed; after the replay
         // window the request is a new one and keeps nothing.
         let keep = match claim.kind {
