@@ -43,6 +43,9 @@ struct Faulty {
     /// Completions to lose: answered `Ok`, nothing written (the process died right after its
     /// business commit, or the key store lost the write).
     lose_completions: AtomicUsize,
+    /// Completed records to forget: answered `Ok`, and the record is gone (a Redis that
+    /// restarted without its last writes, or evicted the key).
+    forget_records: AtomicUsize,
     /// Renewals refused while set (a store that stalls, or a partition): the lease lapses.
     refuse_renewals: AtomicBool,
     /// Releases to refuse (`Unavailable`, nothing written): the record stays in flight until
@@ -96,6 +99,9 @@ impl oncely_core::StoreWrapper for Faulty {
         }
         if take_one(&self.lose_completions) {
             return Ok(());
+        }
+        if take_one(&self.forget_records) {
+            return self.inner.release(id, token).await;
         }
         self.inner.complete(id, token, response, retention).await
     }
@@ -162,6 +168,17 @@ async fn send(router: &Router, path: &str, key: &str, hold: bool) -> Answer {
 
 /// `send`, with the handler's switches (`x-hold`, `x-fail`) as headers.
 async fn send_with(router: &Router, path: &str, key: &str, switches: &[&str]) -> Answer {
+    send_body(router, path, key, switches, "thing 1").await
+}
+
+/// `send_with`, with a body of the caller's.
+async fn send_body(
+    router: &Router,
+    path: &str,
+    key: &str,
+    switches: &[&str],
+    body: &'static str,
+) -> Answer {
     let mut b = axum::http::Request::post(path)
         .header("idempotency-key", key)
         .header("content-type", "text/plain");
@@ -170,7 +187,7 @@ async fn send_with(router: &Router, path: &str, key: &str, switches: &[&str]) ->
     }
     let res = router
         .clone()
-        .oneshot(b.body(Body::from("thing 1")).unwrap())
+        .oneshot(b.body(Body::from(body)).unwrap())
         .await
         .unwrap();
     let status = res.status().as_u16();
@@ -421,6 +438,34 @@ macro_rules! suite {
                 ));
                 let again = send(&h.router, "/single", &key, false).await;
                 assert_eq!((again.status, again.replayed, again.body), (201, true, first.body));
+            }
+
+            /// The key store forgets a completed record (a restart that lost its last writes,
+            /// an eviction). Another request on the key (another body) is a mismatch, as the
+            /// record would have answered, and does not run; the first request's retry still
+            /// replays its response from the ledger.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn another_request_on_a_key_the_key_store_forgot_is_a_mismatch() {
+                let Some(h) = harness().await else { return };
+                for path in ["/single", "/two"] {
+                    let key = fresh_key("forgotten");
+                    h.faults.forget_records.store(1, Ordering::SeqCst);
+                    let first = send(&h.router, path, &key, false).await;
+                    assert_eq!(first.status, 201, "{path}: {}", first.body);
+                    assert!(
+                        matches!(h.store.get(&id(&key)).await.unwrap().unwrap().state, RecordState::Released),
+                        "{path}: the key store no longer has the response"
+                    );
+                    let other = send_body(&h.router, path, &key, &[], "thing 2").await;
+                    assert_eq!(other.status, 422, "{path}: {}", other.body);
+                    assert!(other.body.contains("idempotency_key_mismatch"), "{path}: {}", other.body);
+                    assert_eq!(h.rows(&key, 1).await, 1, "{path}: the other request did not run");
+                    let retry = send(&h.router, path, &key, false).await;
+                    assert_eq!((retry.status, retry.replayed), (201, true), "{path}: {}", retry.body);
+                    assert_eq!(retry.body, first.body, "{path}");
+                }
+                assert_eq!(h.seen.runs.load(Ordering::SeqCst), 1);
+                assert_eq!(h.seen.first_phases.load(Ordering::SeqCst), 1);
             }
 
             /// The process dies right after the business commit (the key store's completion is

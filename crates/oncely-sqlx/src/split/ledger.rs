@@ -117,12 +117,13 @@ const CREATE_INDEX: &str = "CREATE INDEX IF NOT EXISTS oncely_split_progress_exp
 /// `$1` scope, `$2` key, `$3` token, `$4` fingerprint version, `$5` fingerprint digest, `$6`
 /// expires at, `$7` [`Keep`] value, `$8` now, `$9` replay window, `$10` retention (milliseconds).
 /// Every `SET`
-/// expression reads the row as it was before the statement.
+/// expression reads the row as it was before the statement. A row that holds another request
+/// (another fingerprint) within its time and the replay window is left as it is and no row is
+/// returned: the claim is a mismatch.
 fn claim_sql() -> String {
-    let keep = "($7 = 1 \
-         AND p.fingerprint_version = $4 AND p.fingerprint = $5 \
-         AND p.expires_at >= $8 \
-         AND (p.completed_at IS NULL OR p.completed_at + $9 >= $8))";
+    let live = "p.expires_at >= $8 AND (p.completed_at IS NULL OR p.completed_at + $9 >= $8)";
+    let same = "p.fingerprint_version = $4 AND p.fingerprint = $5";
+    let keep = format!("($7 = 1 AND {same} AND {live})");
     let kept = |col: &str| format!("{col} = CASE WHEN {keep} THEN p.{col} END");
     format!(
         "INSERT INTO {TABLE} AS p (scope, idempotency_key, token, claims, fingerprint_version, \
@@ -132,6 +133,7 @@ fn claim_sql() -> String {
          retention_ms = $10, \
          expires_at = CASE WHEN p.expires_at > $6 THEN p.expires_at ELSE $6 END, \
          {}, {}, {}, {}, {}, {} \
+         WHERE NOT ($7 = 1 AND {live} AND NOT ({same})) \
          RETURNING recovery_point, status, headers, body, body_retained, completed_at",
         kept("recovery_point"),
         kept("status"),
@@ -214,11 +216,12 @@ pub trait LedgerSql: sqlx::Database {
     /// Creates the table and its index if they do not exist, and checks that the table has
     /// every column (an error names the table when it has another shape).
     async fn create_ledger(pool: &sqlx::Pool<Self>) -> Result<(), sqlx::Error>;
-    /// The claim's upsert, the first statement of the first phase's transaction.
+    /// The claim's upsert, the first statement of the first phase's transaction; `None` when
+    /// the row holds another request (a mismatch: the row is left as it was).
     async fn ledger_claim(
         conn: &mut Self::Connection,
         row: &ClaimRow<'_>,
-    ) -> Result<Found, TxError>;
+    ) -> Result<Option<Found>, TxError>;
     /// A checkpoint's update; `false` when the row holds another token (fenced).
     async fn ledger_checkpoint(
         conn: &mut Self::Connection,
@@ -274,8 +277,8 @@ macro_rules! ledger_sql {
             async fn ledger_claim(
                 conn: &mut Self::Connection,
                 row: &ClaimRow<'_>,
-            ) -> Result<Found, TxError> {
-                let returned: Returned = sqlx::query_as(sqlx::AssertSqlSafe(claim_sql()))
+            ) -> Result<Option<Found>, TxError> {
+                let returned: Option<Returned> = sqlx::query_as(sqlx::AssertSqlSafe(claim_sql()))
                     .bind(row.id.scope.as_str())
                     .bind(row.id.key.as_str())
                     .bind(row.token.0)
@@ -286,9 +289,9 @@ macro_rules! ledger_sql {
                     .bind(row.now)
                     .bind(millis(row.replay_window))
                     .bind(millis(row.retention))
-                    .fetch_one(&mut *conn)
+                    .fetch_optional(&mut *conn)
                     .await?;
-                found(returned)
+                returned.map(found).transpose()
             }
 
             async fn ledger_checkpoint(

@@ -15,7 +15,8 @@
 //!   first business transaction, and reads back what the same request committed there: a
 //!   takeover resumes at the ledger's recovery point (not at the key store's, which may name a
 //!   step whose transaction never committed), and replays the ledger's response if the request
-//!   had finished;
+//!   had finished; a row that holds another request on the key (the key store lost or evicted
+//!   its record) makes the claim a mismatch;
 //! - every phase's commit updates the row only where its token is still the row's, so once a
 //!   request that took the key over has committed, the request it took over commits nothing
 //!   (the phase rolls back as fenced): the business writes are fenced, not only the key
@@ -234,7 +235,16 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
         // there. On PostgreSQL the row stays locked until the phase ends (a takeover waits for
         // the phase it takes over); on SQLite the phase holds the write lock from here.
         let found = match DB::ledger_claim(&mut tx, &row).await {
-            Ok(found) => found,
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                // The ledger holds another request on this key (the key store lost or evicted
+                // its record, or released it): a mismatch, as the record would have answered.
+                // The key store's record of this claim goes again; the row stays.
+                drop(tx);
+                tracing::warn!(scope = %req.id.scope, key = %req.id.key, "split store: the key store had no record of this key, but its progress ledger holds another request on it; answering a mismatch");
+                let _ = self.keys.release(&req.id, claim.token).await;
+                return Ok((ClaimOutcome::Mismatch, None));
+            }
             Err(e) => {
                 // Nothing of the request ran: the key is free again.
                 drop(tx);
