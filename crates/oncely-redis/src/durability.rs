@@ -75,3 +75,69 @@ pub(crate) async fn read(conn: &mut Conn) -> RedisResult<Vec<(String, Persistenc
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
+
+/// The eviction risk of one node, from its `INFO memory`: `Some(warning)` when it has a memory
+/// limit (`maxmemory` above 0) and a `maxmemory_policy` other than `noeviction`. Every policy
+/// but `noeviction` may delete idempotency records under memory pressure (`volatile-*` ones
+/// too: every record carries its retention as a TTL), and a retry of an evicted record runs
+/// again as new.
+pub(crate) fn eviction_warning(info: &str) -> Option<String> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let limit: u64 = field("maxmemory")?.parse().ok()?;
+    let policy = field("maxmemory_policy")?;
+    (limit > 0 && policy != "noeviction").then(|| {
+        format!(
+            "maxmemory-policy {policy} with maxmemory {limit} bytes: Redis may evict idempotency records under memory pressure, and a retry of an evicted one executes again (a split store's progress ledger still replays it or answers a mismatch). Set maxmemory-policy noeviction: a full Redis then refuses new claims (503) instead of forgetting old ones"
+        )
+    })
+}
+
+/// [`eviction_warning`] of every node that has one: `(node, warning)`; a node whose `INFO`
+/// is refused is left out (nothing to say about it).
+pub(crate) async fn eviction(conn: &mut Conn) -> RedisResult<Vec<(String, String)>> {
+    let answers = conn.on_every_node(redis::cmd("INFO").arg("memory")).await?;
+    let mut out = Vec::new();
+    for (node, answer) in answers {
+        let Ok(v) = answer else { continue };
+        let info: String = redis::from_redis_value(v)?;
+        if let Some(w) = eviction_warning(&info) {
+            out.push((node, w));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eviction_warning;
+
+    /// `INFO memory` as Redis 7 prints it (CRLF line ends), cut to the lines read.
+    fn info(limit: &str, policy: &str) -> String {
+        format!(
+            "# Memory\r\nused_memory:1045000\r\nmaxmemory:{limit}\r\nmaxmemory_human:0B\r\nmaxmemory_policy:{policy}\r\n"
+        )
+    }
+
+    #[test]
+    fn a_memory_limit_with_an_evicting_policy_is_warned_about() {
+        let w = eviction_warning(&info("3145728", "allkeys-lru")).unwrap();
+        assert!(
+            w.starts_with("maxmemory-policy allkeys-lru with maxmemory 3145728 bytes"),
+            "{w}"
+        );
+        assert!(eviction_warning(&info("3145728", "volatile-ttl")).is_some());
+        // No limit: nothing is ever evicted, whatever the policy.
+        assert_eq!(eviction_warning(&info("0", "allkeys-lru")), None);
+        assert_eq!(eviction_warning(&info("3145728", "noeviction")), None);
+        // `maxmemory_human` must not be read as `maxmemory`.
+        assert_eq!(
+            eviction_warning("maxmemory_human:3M\r\nmaxmemory_policy:allkeys-lru"),
+            None
+        );
+    }
+}

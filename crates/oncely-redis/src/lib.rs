@@ -89,7 +89,9 @@
 //! ([`ConnectError::Volatile`]) unless `accept_volatile=true` (in the URL, or
 //! [`RedisConfig::accept_volatile`]) says that losing the replay window on restart is
 //! acceptable. It warns about `appendfsync everysec` (a crash can lose up to about one second
-//! of records).
+//! of records), and about a node with a memory limit (`maxmemory` above 0) and a
+//! `maxmemory-policy` other than `noeviction`, read from `INFO memory`: eviction forgets
+//! records as a restart does (the `volatile-*` policies too: every record has a TTL).
 //!
 //! # What is not promised
 //!

@@ -229,16 +229,29 @@ impl RedisStore {
             return Err(ConnectError::Volatile(VolatileRedis { nodes: volatile }));
         }
         // One warning per kind of loss, naming the nodes it applies to.
-        let mut warnings: Vec<(String, Vec<&str>)> = Vec::new();
+        let mut warnings: Vec<(String, Vec<String>)> = Vec::new();
         for (node, p) in &persistence {
             let Some(mut w) = p.warning() else { continue };
             if p.keeps_nothing() {
                 w.push_str(" (accepted: accept_volatile is set)");
             }
             match warnings.iter_mut().find(|(seen, _)| *seen == w) {
-                Some((_, nodes)) => nodes.push(node),
-                None => warnings.push((w, vec![node])),
+                Some((_, nodes)) => nodes.push(node.clone()),
+                None => warnings.push((w, vec![node.clone()])),
             }
+        }
+        // Eviction is a loss of its own (a warning, like `appendfsync everysec`); unreadable,
+        // it is not checked.
+        match within(timeout, durability::eviction(&mut conn)).await {
+            Ok(evicting) => {
+                for (node, w) in evicting {
+                    match warnings.iter_mut().find(|(seen, _)| *seen == w) {
+                        Some((_, nodes)) => nodes.push(node),
+                        None => warnings.push((w, vec![node])),
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "redis key store: could not read INFO memory"),
         }
         for (w, nodes) in warnings {
             if nodes.iter().all(|n| n.is_empty()) {
