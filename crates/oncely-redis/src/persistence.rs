@@ -43,7 +43,7 @@ impl Persistence {
         match self {
             Self::AppendOnlyAlways => None,
             Self::AppendOnlyEverySec => Some(
-                "appendfsync everysec: a crash can lose up to about 1 second of acknowledged records (claims and stored responses); a retry of a lost one executes again. Use appendfsync always, or replicas with wait_replicas, to close that window".into(),
+                "appendfsync everysec: a crash can lose up to about 1 second of acknowledged records (claims and stored responses); a retry of a lost one executes again (a split store's progress ledger still replays it or answers a mismatch). Use appendfsync always, or replicas with wait_replicas, to close that window".into(),
             ),
             Self::AppendOnlyNoFsync => Some(
                 "appendfsync no: a machine crash can lose the acknowledged records the operating system had not written yet (typically up to 30 seconds)".into(),
