@@ -166,9 +166,10 @@ impl<DB: SplitDatabase> SqlStore for Split<DB> {
 
     /// The claim in the key store, committed at once (a replay or any other answer ends here,
     /// without a business transaction), then a business transaction, the handler's first
-    /// phase, whose first statement is the ledger row: the row takes the claim's token (which fences the business
-    /// commits of the request's previous owner from this phase's commit on) and gives back
-    /// what the same request committed before, if anything. A response found there is replayed
+    /// phase, whose first statement is the ledger row: the row takes the claim's token (which
+    /// fences the business commits of the request's previous owner from this phase's commit
+    /// on) and gives back what the same request committed before, if anything; a row of
+    /// another request makes the claim a mismatch. A response found there is replayed
     /// (and handed to the key store; the transaction rolls back); a recovery point found there
     /// is where the request resumes.
     async fn claim_tx(
